@@ -2662,6 +2662,7 @@ type ServerHeartbeat struct {
 	Address       string                 `protobuf:"bytes,7,opt,name=address,proto3" json:"address,omitempty"`
 	Workers       int32                  `protobuf:"varint,8,opt,name=workers,proto3" json:"workers,omitempty"`
 	SuccessRate   float64                `protobuf:"fixed64,9,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
+	Known         []*RouteEntry          `protobuf:"bytes,10,rep,name=known,proto3" json:"known,omitempty"` // routes the server last heard of (hearsay for a fresh NameServer)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2757,6 +2758,13 @@ func (x *ServerHeartbeat) GetSuccessRate() float64 {
 		return x.SuccessRate
 	}
 	return 0
+}
+
+func (x *ServerHeartbeat) GetKnown() []*RouteEntry {
+	if x != nil {
+		return x.Known
+	}
+	return nil
 }
 
 type WorkerInfo struct {
@@ -3324,6 +3332,66 @@ func (x *AssignShard) GetEpoch() int64 {
 	return 0
 }
 
+type ShardOpened struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServerId      string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	Shard         *ShardLoad             `protobuf:"bytes,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Error         *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardOpened) Reset() {
+	*x = ShardOpened{}
+	mi := &file_kjob_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardOpened) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardOpened) ProtoMessage() {}
+
+func (x *ShardOpened) ProtoReflect() protoreflect.Message {
+	mi := &file_kjob_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardOpened.ProtoReflect.Descriptor instead.
+func (*ShardOpened) Descriptor() ([]byte, []int) {
+	return file_kjob_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ShardOpened) GetServerId() string {
+	if x != nil {
+		return x.ServerId
+	}
+	return ""
+}
+
+func (x *ShardOpened) GetShard() *ShardLoad {
+	if x != nil {
+		return x.Shard
+	}
+	return nil
+}
+
+func (x *ShardOpened) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 type LeaseNode struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Holder        string                 `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
@@ -3334,7 +3402,7 @@ type LeaseNode struct {
 
 func (x *LeaseNode) Reset() {
 	*x = LeaseNode{}
-	mi := &file_kjob_proto_msgTypes[39]
+	mi := &file_kjob_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +3414,7 @@ func (x *LeaseNode) String() string {
 func (*LeaseNode) ProtoMessage() {}
 
 func (x *LeaseNode) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[39]
+	mi := &file_kjob_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +3427,7 @@ func (x *LeaseNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseNode.ProtoReflect.Descriptor instead.
 func (*LeaseNode) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{39}
+	return file_kjob_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LeaseNode) GetHolder() string {
@@ -3387,7 +3455,7 @@ type LeaseNodeReply struct {
 
 func (x *LeaseNodeReply) Reset() {
 	*x = LeaseNodeReply{}
-	mi := &file_kjob_proto_msgTypes[40]
+	mi := &file_kjob_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3399,7 +3467,7 @@ func (x *LeaseNodeReply) String() string {
 func (*LeaseNodeReply) ProtoMessage() {}
 
 func (x *LeaseNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[40]
+	mi := &file_kjob_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3412,7 +3480,7 @@ func (x *LeaseNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseNodeReply.ProtoReflect.Descriptor instead.
 func (*LeaseNodeReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{40}
+	return file_kjob_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *LeaseNodeReply) GetError() *Error {
@@ -3444,7 +3512,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_kjob_proto_msgTypes[41]
+	mi := &file_kjob_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3456,7 +3524,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[41]
+	mi := &file_kjob_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3469,7 +3537,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{41}
+	return file_kjob_proto_rawDescGZIP(), []int{42}
 }
 
 type ServerStatus struct {
@@ -3486,7 +3554,7 @@ type ServerStatus struct {
 
 func (x *ServerStatus) Reset() {
 	*x = ServerStatus{}
-	mi := &file_kjob_proto_msgTypes[42]
+	mi := &file_kjob_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3498,7 +3566,7 @@ func (x *ServerStatus) String() string {
 func (*ServerStatus) ProtoMessage() {}
 
 func (x *ServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[42]
+	mi := &file_kjob_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3511,7 +3579,7 @@ func (x *ServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerStatus.ProtoReflect.Descriptor instead.
 func (*ServerStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{42}
+	return file_kjob_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ServerStatus) GetServerId() string {
@@ -3568,7 +3636,7 @@ type MoveStatus struct {
 
 func (x *MoveStatus) Reset() {
 	*x = MoveStatus{}
-	mi := &file_kjob_proto_msgTypes[43]
+	mi := &file_kjob_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3580,7 +3648,7 @@ func (x *MoveStatus) String() string {
 func (*MoveStatus) ProtoMessage() {}
 
 func (x *MoveStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[43]
+	mi := &file_kjob_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3593,7 +3661,7 @@ func (x *MoveStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveStatus.ProtoReflect.Descriptor instead.
 func (*MoveStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{43}
+	return file_kjob_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *MoveStatus) GetShard() string {
@@ -3635,7 +3703,7 @@ type AppStatus struct {
 
 func (x *AppStatus) Reset() {
 	*x = AppStatus{}
-	mi := &file_kjob_proto_msgTypes[44]
+	mi := &file_kjob_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3647,7 +3715,7 @@ func (x *AppStatus) String() string {
 func (*AppStatus) ProtoMessage() {}
 
 func (x *AppStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[44]
+	mi := &file_kjob_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3660,7 +3728,7 @@ func (x *AppStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppStatus.ProtoReflect.Descriptor instead.
 func (*AppStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{44}
+	return file_kjob_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AppStatus) GetApp() string {
@@ -3699,7 +3767,7 @@ type ClusterStatusReply struct {
 
 func (x *ClusterStatusReply) Reset() {
 	*x = ClusterStatusReply{}
-	mi := &file_kjob_proto_msgTypes[45]
+	mi := &file_kjob_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +3779,7 @@ func (x *ClusterStatusReply) String() string {
 func (*ClusterStatusReply) ProtoMessage() {}
 
 func (x *ClusterStatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[45]
+	mi := &file_kjob_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +3792,7 @@ func (x *ClusterStatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusReply.ProtoReflect.Descriptor instead.
 func (*ClusterStatusReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{45}
+	return file_kjob_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ClusterStatusReply) GetError() *Error {
@@ -3784,7 +3852,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_kjob_proto_msgTypes[46]
+	mi := &file_kjob_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3796,7 +3864,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[46]
+	mi := &file_kjob_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3809,7 +3877,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{46}
+	return file_kjob_proto_rawDescGZIP(), []int{47}
 }
 
 type Pong struct {
@@ -3822,7 +3890,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_kjob_proto_msgTypes[47]
+	mi := &file_kjob_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3834,7 +3902,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[47]
+	mi := &file_kjob_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3847,7 +3915,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{47}
+	return file_kjob_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Pong) GetServerId() string {
@@ -3874,7 +3942,7 @@ type ShardMeta struct {
 
 func (x *ShardMeta) Reset() {
 	*x = ShardMeta{}
-	mi := &file_kjob_proto_msgTypes[48]
+	mi := &file_kjob_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3886,7 +3954,7 @@ func (x *ShardMeta) String() string {
 func (*ShardMeta) ProtoMessage() {}
 
 func (x *ShardMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[48]
+	mi := &file_kjob_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3899,7 +3967,7 @@ func (x *ShardMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMeta.ProtoReflect.Descriptor instead.
 func (*ShardMeta) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{48}
+	return file_kjob_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ShardMeta) GetShard() string {
@@ -3926,7 +3994,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_kjob_proto_msgTypes[49]
+	mi := &file_kjob_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4006,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[49]
+	mi := &file_kjob_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4019,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{49}
+	return file_kjob_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *JobRef) GetId() int64 {
@@ -3996,7 +4064,7 @@ type RunState struct {
 
 func (x *RunState) Reset() {
 	*x = RunState{}
-	mi := &file_kjob_proto_msgTypes[50]
+	mi := &file_kjob_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4008,7 +4076,7 @@ func (x *RunState) String() string {
 func (*RunState) ProtoMessage() {}
 
 func (x *RunState) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[50]
+	mi := &file_kjob_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4021,7 +4089,7 @@ func (x *RunState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunState.ProtoReflect.Descriptor instead.
 func (*RunState) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{50}
+	return file_kjob_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RunState) GetRunId() string {
@@ -4163,7 +4231,7 @@ type ShardSnapshot struct {
 
 func (x *ShardSnapshot) Reset() {
 	*x = ShardSnapshot{}
-	mi := &file_kjob_proto_msgTypes[51]
+	mi := &file_kjob_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4175,7 +4243,7 @@ func (x *ShardSnapshot) String() string {
 func (*ShardSnapshot) ProtoMessage() {}
 
 func (x *ShardSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[51]
+	mi := &file_kjob_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4188,7 +4256,7 @@ func (x *ShardSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardSnapshot.ProtoReflect.Descriptor instead.
 func (*ShardSnapshot) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{51}
+	return file_kjob_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ShardSnapshot) GetMeta() *ShardMeta {
@@ -4417,7 +4485,7 @@ const file_kjob_proto_rawDesc = "" +
 	"\vfires_total\x18\x05 \x01(\x03R\n" +
 	"firesTotal\x12\x1e\n" +
 	"\x03pid\x18\x06 \x01(\v2\f.kjob.v1.RefR\x03pid\x12\x16\n" +
-	"\x06frozen\x18\a \x01(\bR\x06frozen\"\x94\x02\n" +
+	"\x06frozen\x18\a \x01(\bR\x06frozen\"\xbf\x02\n" +
 	"\x0fServerHeartbeat\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12$\n" +
 	"\x06server\x18\x02 \x01(\v2\f.kjob.v1.RefR\x06server\x12*\n" +
@@ -4427,7 +4495,9 @@ const file_kjob_proto_rawDesc = "" +
 	"\asent_ms\x18\x06 \x01(\x03R\x06sentMs\x12\x18\n" +
 	"\aaddress\x18\a \x01(\tR\aaddress\x12\x18\n" +
 	"\aworkers\x18\b \x01(\x05R\aworkers\x12!\n" +
-	"\fsuccess_rate\x18\t \x01(\x01R\vsuccessRate\"\x8b\x01\n" +
+	"\fsuccess_rate\x18\t \x01(\x01R\vsuccessRate\x12)\n" +
+	"\x05known\x18\n" +
+	" \x03(\v2\x13.kjob.v1.RouteEntryR\x05known\"\x8b\x01\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x10\n" +
@@ -4473,7 +4543,11 @@ const file_kjob_proto_rawDesc = "" +
 	"\fwith_workers\x18\x02 \x01(\bR\vwithWorkers\"9\n" +
 	"\vAssignShard\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"7\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"z\n" +
+	"\vShardOpened\x12\x1b\n" +
+	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12(\n" +
+	"\x05shard\x18\x02 \x01(\v2\x12.kjob.v1.ShardLoadR\x05shard\x12$\n" +
+	"\x05error\x18\x03 \x01(\v2\x0e.kjob.v1.ErrorR\x05error\"7\n" +
 	"\tLeaseNode\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\x03R\x04node\"a\n" +
@@ -4628,7 +4702,7 @@ func file_kjob_proto_rawDescGZIP() []byte {
 }
 
 var file_kjob_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_kjob_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_kjob_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_kjob_proto_goTypes = []any{
 	(Code)(0),                  // 0: kjob.v1.Code
 	(ScheduleKind)(0),          // 1: kjob.v1.ScheduleKind
@@ -4677,19 +4751,20 @@ var file_kjob_proto_goTypes = []any{
 	(*GetRoutes)(nil),          // 44: kjob.v1.GetRoutes
 	(*Subscribe)(nil),          // 45: kjob.v1.Subscribe
 	(*AssignShard)(nil),        // 46: kjob.v1.AssignShard
-	(*LeaseNode)(nil),          // 47: kjob.v1.LeaseNode
-	(*LeaseNodeReply)(nil),     // 48: kjob.v1.LeaseNodeReply
-	(*ClusterStatus)(nil),      // 49: kjob.v1.ClusterStatus
-	(*ServerStatus)(nil),       // 50: kjob.v1.ServerStatus
-	(*MoveStatus)(nil),         // 51: kjob.v1.MoveStatus
-	(*AppStatus)(nil),          // 52: kjob.v1.AppStatus
-	(*ClusterStatusReply)(nil), // 53: kjob.v1.ClusterStatusReply
-	(*Ping)(nil),               // 54: kjob.v1.Ping
-	(*Pong)(nil),               // 55: kjob.v1.Pong
-	(*ShardMeta)(nil),          // 56: kjob.v1.ShardMeta
-	(*JobRef)(nil),             // 57: kjob.v1.JobRef
-	(*RunState)(nil),           // 58: kjob.v1.RunState
-	(*ShardSnapshot)(nil),      // 59: kjob.v1.ShardSnapshot
+	(*ShardOpened)(nil),        // 47: kjob.v1.ShardOpened
+	(*LeaseNode)(nil),          // 48: kjob.v1.LeaseNode
+	(*LeaseNodeReply)(nil),     // 49: kjob.v1.LeaseNodeReply
+	(*ClusterStatus)(nil),      // 50: kjob.v1.ClusterStatus
+	(*ServerStatus)(nil),       // 51: kjob.v1.ServerStatus
+	(*MoveStatus)(nil),         // 52: kjob.v1.MoveStatus
+	(*AppStatus)(nil),          // 53: kjob.v1.AppStatus
+	(*ClusterStatusReply)(nil), // 54: kjob.v1.ClusterStatusReply
+	(*Ping)(nil),               // 55: kjob.v1.Ping
+	(*Pong)(nil),               // 56: kjob.v1.Pong
+	(*ShardMeta)(nil),          // 57: kjob.v1.ShardMeta
+	(*JobRef)(nil),             // 58: kjob.v1.JobRef
+	(*RunState)(nil),           // 59: kjob.v1.RunState
+	(*ShardSnapshot)(nil),      // 60: kjob.v1.ShardSnapshot
 }
 var file_kjob_proto_depIdxs = []int32{
 	0,  // 0: kjob.v1.Error.code:type_name -> kjob.v1.Code
@@ -4721,30 +4796,33 @@ var file_kjob_proto_depIdxs = []int32{
 	9,  // 26: kjob.v1.ShardLoad.pid:type_name -> kjob.v1.Ref
 	9,  // 27: kjob.v1.ServerHeartbeat.server:type_name -> kjob.v1.Ref
 	36, // 28: kjob.v1.ServerHeartbeat.shards:type_name -> kjob.v1.ShardLoad
-	9,  // 29: kjob.v1.WorkerInfo.ref:type_name -> kjob.v1.Ref
-	38, // 30: kjob.v1.WorkerHeartbeat.worker:type_name -> kjob.v1.WorkerInfo
-	9,  // 31: kjob.v1.RouteEntry.owner:type_name -> kjob.v1.Ref
-	38, // 32: kjob.v1.AppWorkers.workers:type_name -> kjob.v1.WorkerInfo
-	41, // 33: kjob.v1.RouteTable.routes:type_name -> kjob.v1.RouteEntry
-	42, // 34: kjob.v1.RouteTable.apps:type_name -> kjob.v1.AppWorkers
-	8,  // 35: kjob.v1.RouteTable.error:type_name -> kjob.v1.Error
-	9,  // 36: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
-	8,  // 37: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
-	36, // 38: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
-	8,  // 39: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
-	50, // 40: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
-	52, // 41: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
-	51, // 42: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
-	56, // 43: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
-	12, // 44: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
-	58, // 45: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
-	26, // 46: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
-	25, // 47: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
-	48, // [48:48] is the sub-list for method output_type
-	48, // [48:48] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	41, // 29: kjob.v1.ServerHeartbeat.known:type_name -> kjob.v1.RouteEntry
+	9,  // 30: kjob.v1.WorkerInfo.ref:type_name -> kjob.v1.Ref
+	38, // 31: kjob.v1.WorkerHeartbeat.worker:type_name -> kjob.v1.WorkerInfo
+	9,  // 32: kjob.v1.RouteEntry.owner:type_name -> kjob.v1.Ref
+	38, // 33: kjob.v1.AppWorkers.workers:type_name -> kjob.v1.WorkerInfo
+	41, // 34: kjob.v1.RouteTable.routes:type_name -> kjob.v1.RouteEntry
+	42, // 35: kjob.v1.RouteTable.apps:type_name -> kjob.v1.AppWorkers
+	8,  // 36: kjob.v1.RouteTable.error:type_name -> kjob.v1.Error
+	9,  // 37: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
+	36, // 38: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
+	8,  // 39: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
+	8,  // 40: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
+	36, // 41: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
+	8,  // 42: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
+	51, // 43: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
+	53, // 44: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
+	52, // 45: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
+	57, // 46: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
+	12, // 47: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
+	59, // 48: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
+	26, // 49: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
+	25, // 50: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
+	51, // [51:51] is the sub-list for method output_type
+	51, // [51:51] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_kjob_proto_init() }
@@ -4758,7 +4836,7 @@ func file_kjob_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kjob_proto_rawDesc), len(file_kjob_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   52,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

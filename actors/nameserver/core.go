@@ -1,0 +1,379 @@
+// Package nameserver is kjob's registry and balancer: servers and workers register
+// and heartbeat, it keeps the route table shard → owner (epoch, version), pushes it to
+// servers on change and answers pulls. Its state is soft: after it moves or restarts
+// it rebuilds everything from heartbeats, and it assigns nothing until its picture is
+// complete (WarmupMs after it started).
+//
+// Core is pure (times are passed in); shell.go is the proto.actor actor.
+package nameserver
+
+import (
+	"sort"
+
+	"github.com/kjob/kjob/actors/kerr"
+	"github.com/kjob/kjob/actors/route"
+	"github.com/kjob/kjob/messages"
+)
+
+// Timing, in milliseconds.
+const (
+	HeartbeatMs     = 1000
+	ServerExpiryMs  = 4 * HeartbeatMs
+	WorkerExpiryMs  = 4 * HeartbeatMs
+	WarmupMs        = 2*HeartbeatMs + 500 // two heartbeat intervals
+	LeaseTTLMs      = 3_000
+	MaxNodes        = 1024 // snowflake node bits: 10
+	SubscriberTTLMs = 30_000
+)
+
+// Env is what the core needs from the world.
+type Env interface {
+	Send(to *messages.Ref, m any)
+}
+
+type server struct {
+	hb       *messages.ServerHeartbeat
+	lastSeen int64
+	alive    bool
+}
+
+type worker struct {
+	info     *messages.WorkerInfo
+	lastSeen int64
+}
+
+type lease struct {
+	holder  string
+	expires int64
+}
+
+// Core is the NameServer's state machine.
+type Core struct {
+	started  int64
+	strategy Strategy
+	servers  map[string]*server
+	workers  map[string]*worker
+	routes   map[string]*messages.RouteEntry
+	version  int64
+	leases   map[int64]*lease
+	nextNode int64
+	subs     map[string]int64 // client subscribers: ref key → expiry
+	subRefs  map[string]*messages.Ref
+	pending  map[string]int64 // shard → when its assignment was sent
+	dirty    bool
+	workersDirty bool
+}
+
+// New starts an empty NameServer at nowMs.
+func New(nowMs int64, s Strategy) *Core {
+	if s == nil {
+		s = LeastScheduleCount{}
+	}
+	return &Core{started: nowMs, strategy: s, servers: map[string]*server{}, workers: map[string]*worker{},
+		routes: map[string]*messages.RouteEntry{}, leases: map[int64]*lease{}, subs: map[string]int64{},
+		subRefs: map[string]*messages.Ref{}, pending: map[string]int64{}, version: nowMs}
+}
+
+// Complete reports whether the picture is complete (warm-up over).
+func (c *Core) Complete(nowMs int64) bool { return nowMs-c.started >= WarmupMs }
+
+func refKey(r *messages.Ref) string { return r.GetAddress() + "/" + r.GetId() }
+
+// ServerHeartbeat records a server's report and adopts the shards it owns.
+func (c *Core) ServerHeartbeat(nowMs int64, hb *messages.ServerHeartbeat, env Env) {
+	s := c.servers[hb.ServerId]
+	if s == nil {
+		s = &server{}
+		c.servers[hb.ServerId] = s
+		c.dirty, c.workersDirty = true, true // a new server needs the whole table and the workers
+	}
+	s.hb, s.lastSeen, s.alive = hb, nowMs, true
+	for _, l := range hb.Shards {
+		sh, err := route.Parse(l.Shard)
+		if err != nil || l.Frozen {
+			continue
+		}
+		delete(c.pending, l.Shard)
+		cur := c.routes[l.Shard]
+		if cur == nil || l.Epoch > cur.Epoch || (l.Epoch == cur.Epoch && !c.alive(cur.ServerId)) ||
+			(l.Epoch == cur.Epoch && cur.ServerId == hb.ServerId && refKey(cur.Owner) != refKey(l.Pid)) {
+			c.routes[l.Shard] = &messages.RouteEntry{Shard: l.Shard, App: sh.App, Level: int32(sh.Level), Index: sh.Index,
+				Owner: l.Pid, ServerId: hb.ServerId, Epoch: l.Epoch}
+			c.dirty = true
+		}
+	}
+	for _, k := range hb.Known { // hearsay: what the server last heard, for a fresh NameServer
+		if cur := c.routes[k.Shard]; cur == nil {
+			c.routes[k.Shard] = k
+			c.dirty = true
+		}
+	}
+	c.flushPush(nowMs, env)
+}
+
+func (c *Core) alive(serverID string) bool {
+	s := c.servers[serverID]
+	return s != nil && s.alive
+}
+
+// WorkerHeartbeat records a worker.
+func (c *Core) WorkerHeartbeat(nowMs int64, hb *messages.WorkerHeartbeat, env Env) {
+	w := c.workers[hb.Worker.GetWorkerId()]
+	if w == nil || refKey(w.info.Ref) != refKey(hb.Worker.Ref) {
+		c.workersDirty = true
+	}
+	if w == nil {
+		w = &worker{}
+		c.workers[hb.Worker.WorkerId] = w
+	}
+	w.info, w.lastSeen = hb.Worker, nowMs
+	c.flushPush(nowMs, env)
+}
+
+// WorkerLeft removes a worker that said goodbye.
+func (c *Core) WorkerLeft(nowMs int64, m *messages.WorkerLeft, env Env) {
+	if _, ok := c.workers[m.WorkerId]; ok {
+		delete(c.workers, m.WorkerId)
+		c.workersDirty = true
+	}
+	c.flushPush(nowMs, env)
+}
+
+// Tick expires silent servers and workers, and re-pushes on change.
+func (c *Core) Tick(nowMs int64, env Env) {
+	for _, s := range c.servers {
+		if s.alive && nowMs-s.lastSeen > ServerExpiryMs {
+			s.alive = false
+			c.dirty = true
+		}
+	}
+	for id, s := range c.servers {
+		if !s.alive && nowMs-s.lastSeen > 10*ServerExpiryMs {
+			delete(c.servers, id) // its routes stay: the shards are unavailable, not gone
+		}
+	}
+	for id, w := range c.workers {
+		if nowMs-w.lastSeen > WorkerExpiryMs {
+			delete(c.workers, id)
+			c.workersDirty = true
+		}
+	}
+	for k, exp := range c.subs {
+		if nowMs > exp {
+			delete(c.subs, k)
+			delete(c.subRefs, k)
+		}
+	}
+	for sh, at := range c.pending {
+		if nowMs-at > ServerExpiryMs {
+			delete(c.pending, sh)
+		}
+	}
+	c.flushPush(nowMs, env)
+}
+
+// Table returns the route table (for app, or all when app is ""), optionally with workers.
+func (c *Core) Table(app string, withWorkers bool) *messages.RouteTable {
+	t := &messages.RouteTable{Version: c.version}
+	names := make([]string, 0, len(c.routes))
+	for n, r := range c.routes {
+		if app == "" || r.App == app {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t.Routes = append(t.Routes, c.routes[n])
+	}
+	if withWorkers {
+		byApp := map[string]*messages.AppWorkers{}
+		ids := make([]string, 0, len(c.workers))
+		for id := range c.workers {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			w := c.workers[id].info
+			if app != "" && w.App != app {
+				continue
+			}
+			a := byApp[w.App]
+			if a == nil {
+				a = &messages.AppWorkers{App: w.App}
+				byApp[w.App] = a
+				t.Apps = append(t.Apps, a)
+			}
+			a.Workers = append(a.Workers, w)
+		}
+	}
+	return t
+}
+
+// GetRoutes answers a pull; with ensure it places the root shard of a new app.
+func (c *Core) GetRoutes(nowMs int64, m *messages.GetRoutes, from *messages.Ref, env Env) *messages.RouteTable {
+	if from != nil && m.App == "" {
+		k := refKey(from)
+		c.subs[k], c.subRefs[k] = nowMs+SubscriberTTLMs, from
+	}
+	t := c.Table(m.App, m.WithWorkers)
+	t.Complete = c.Complete(nowMs)
+	if m.Ensure && m.App != "" && len(t.Routes) == 0 {
+		if why := route.ValidApp(m.App); why != "" {
+			t.Error = kerr.Invalid("app", "%s", why)
+			return t
+		}
+		if !t.Complete {
+			t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "name server is warming up")
+			return t
+		}
+		root := route.Root(m.App).String()
+		if _, sent := c.pending[root]; !sent {
+			target := c.strategy.Place(c.loads(nowMs))
+			if target == "" {
+				t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "no live server to place app %q", m.App)
+				return t
+			}
+			c.pending[root] = nowMs
+			env.Send(c.servers[target].hb.Server, &messages.AssignShard{Shard: root, Epoch: 1})
+		}
+		t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "placing app %q", m.App)
+	}
+	return t
+}
+
+// ShardOpened is a server's confirmation that it opened a shard.
+func (c *Core) ShardOpened(nowMs int64, serverID string, l *messages.ShardLoad, env Env) {
+	s := c.servers[serverID]
+	if s == nil {
+		return
+	}
+	hb := &messages.ServerHeartbeat{ServerId: serverID, Server: s.hb.Server, Shards: append(append([]*messages.ShardLoad{}, s.hb.Shards...), l),
+		Cpu: s.hb.Cpu, Mem: s.hb.Mem, Address: s.hb.Address}
+	c.ServerHeartbeat(nowMs, hb, env)
+}
+
+// Lease grants or renews a snowflake node id. New ids are granted only after a full
+// TTL since start, so no id held by a live client (which renews) is ever re-granted.
+func (c *Core) Lease(nowMs int64, m *messages.LeaseNode) *messages.LeaseNodeReply {
+	for n, l := range c.leases {
+		if nowMs > l.expires {
+			delete(c.leases, n)
+		}
+	}
+	if m.Node >= 0 && m.Node < MaxNodes {
+		l := c.leases[m.Node]
+		if l == nil || l.holder == m.Holder {
+			c.leases[m.Node] = &lease{holder: m.Holder, expires: nowMs + LeaseTTLMs}
+			return &messages.LeaseNodeReply{Node: m.Node, TtlMs: LeaseTTLMs}
+		}
+		return &messages.LeaseNodeReply{Error: kerr.New(messages.Code_ALREADY_EXISTS, "node", "node %d is held by another client", m.Node)}
+	}
+	if nowMs-c.started < LeaseTTLMs {
+		return &messages.LeaseNodeReply{Error: kerr.New(messages.Code_UNAVAILABLE, "", "name server is warming up; leases open in %d ms", LeaseTTLMs-(nowMs-c.started))}
+	}
+	for i := int64(0); i < MaxNodes; i++ {
+		n := (c.nextNode + i) % MaxNodes
+		if c.leases[n] == nil {
+			c.nextNode = n + 1
+			c.leases[n] = &lease{holder: m.Holder, expires: nowMs + LeaseTTLMs}
+			return &messages.LeaseNodeReply{Node: n, TtlMs: LeaseTTLMs}
+		}
+	}
+	return &messages.LeaseNodeReply{Error: kerr.New(messages.Code_RESOURCE_EXHAUSTED, "node", "all %d node ids are leased", MaxNodes)}
+}
+
+func (c *Core) loads(nowMs int64) []ServerLoad {
+	ids := make([]string, 0, len(c.servers))
+	for id, s := range c.servers {
+		if s.alive {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	out := make([]ServerLoad, 0, len(ids))
+	for _, id := range ids {
+		hb := c.servers[id].hb
+		l := ServerLoad{ID: id, CPU: hb.Cpu, Mem: hb.Mem, SuccessRate: hb.SuccessRate}
+		for _, sl := range hb.Shards {
+			l.Fires += sl.FiresWindow
+			l.Shards = append(l.Shards, sl)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// Status reports the cluster for `kjob cluster status`.
+func (c *Core) Status(nowMs int64) *messages.ClusterStatusReply {
+	out := &messages.ClusterStatusReply{RouteVersion: c.version, Complete: c.Complete(nowMs)}
+	ids := make([]string, 0, len(c.servers))
+	for id := range c.servers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s := c.servers[id]
+		if !s.alive {
+			continue
+		}
+		out.Servers = append(out.Servers, &messages.ServerStatus{ServerId: id, Address: s.hb.Address, Shards: s.hb.Shards,
+			Cpu: s.hb.Cpu, Mem: s.hb.Mem, LastSeenMs: s.lastSeen})
+	}
+	apps := map[string]*messages.AppStatus{}
+	var names []string
+	get := func(app string) *messages.AppStatus {
+		a := apps[app]
+		if a == nil {
+			a = &messages.AppStatus{App: app}
+			apps[app] = a
+			names = append(names, app)
+		}
+		return a
+	}
+	for _, w := range c.workers {
+		get(w.info.App).Workers++
+	}
+	for n, r := range c.routes {
+		a := get(r.App)
+		a.Shards = append(a.Shards, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		sort.Strings(apps[n].Shards)
+		out.Apps = append(out.Apps, apps[n])
+	}
+	return out
+}
+
+// flushPush bumps the version and pushes the table when something changed.
+func (c *Core) flushPush(nowMs int64, env Env) {
+	if !c.dirty && !c.workersDirty {
+		return
+	}
+	c.version++
+	c.dirty, c.workersDirty = false, false
+	full := c.Table("", true)
+	full.Complete = c.Complete(nowMs)
+	ids := make([]string, 0, len(c.servers))
+	for id, s := range c.servers {
+		if s.alive {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		env.Send(c.servers[id].hb.Server, full)
+	}
+	keys := make([]string, 0, len(c.subs))
+	for k := range c.subs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if len(keys) > 0 {
+		lite := c.Table("", false)
+		lite.Complete = full.Complete
+		for _, k := range keys {
+			env.Send(c.subRefs[k], lite)
+		}
+	}
+}

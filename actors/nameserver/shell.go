@@ -1,0 +1,91 @@
+package nameserver
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kjob/kjob/messages"
+)
+
+// Kind is the cluster kind of the NameServer; Identity its one fixed identity.
+const (
+	Kind     = "kjob-nameserver"
+	Identity = "main"
+)
+
+type tick struct{}
+
+// Actor is the proto.actor shell around Core.
+type Actor struct {
+	core   *Core
+	ctx    actor.Context
+	ticker *time.Ticker
+	done   chan struct{}
+}
+
+// Props returns the NameServer actor's props.
+func Props(s Strategy) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return &Actor{core: New(time.Now().UnixMilli(), s)} })
+}
+
+// Receive implements actor.Actor.
+func (a *Actor) Receive(ctx actor.Context) {
+	a.ctx = ctx
+	defer func() { a.ctx = nil }()
+	now := time.Now().UnixMilli()
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.ticker = time.NewTicker(HeartbeatMs * time.Millisecond / 2)
+		a.done = make(chan struct{})
+		self, sys, t, done := ctx.Self(), ctx.ActorSystem(), a.ticker, a.done
+		go func() {
+			for {
+				select {
+				case <-t.C:
+					sys.Root.Send(self, &tick{})
+				case <-done:
+					return
+				}
+			}
+		}()
+	case *actor.Stopping:
+		a.ticker.Stop()
+		close(a.done)
+	case *tick:
+		a.core.Tick(now, a)
+	case *messages.ServerHeartbeat:
+		a.core.ServerHeartbeat(now, m, a)
+	case *messages.WorkerHeartbeat:
+		a.core.WorkerHeartbeat(now, m, a)
+	case *messages.WorkerLeft:
+		a.core.WorkerLeft(now, m, a)
+	case *messages.ShardOpened:
+		if m.Error == nil {
+			a.core.ShardOpened(now, m.ServerId, m.Shard, a)
+		}
+	case *messages.GetRoutes:
+		var from *messages.Ref
+		if m.App == "" && ctx.Sender() != nil && !m.WithWorkers {
+			from = nil // pulls are answered; subscriptions use Subscribe
+		}
+		ctx.Respond(a.core.GetRoutes(now, m, from, a))
+	case *messages.Subscribe:
+		a.core.GetRoutes(now, &messages.GetRoutes{}, m.Subscriber, a)
+	case *messages.LeaseNode:
+		ctx.Respond(a.core.Lease(now, m))
+	case *messages.ClusterStatus:
+		r := a.core.Status(now)
+		r.Nameserver = ctx.Self().Address
+		ctx.Respond(r)
+	}
+}
+
+// Send implements Env.
+func (a *Actor) Send(to *messages.Ref, m any) {
+	if to == nil {
+		return
+	}
+	a.ctx.Send(actor.NewPID(to.Address, to.Id), m.(proto.Message))
+}

@@ -1,0 +1,222 @@
+// Package server is the server actor: one per node. It hosts the node's shard actors
+// (children), owns the node's journal, reports load to the NameServer in every
+// heartbeat, opens shards it is assigned, hands each shard the workers of its group,
+// and forwards registry traffic from clients and workers to the NameServer.
+package server
+
+import (
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kjob/kjob/actors/kerr"
+	"github.com/kjob/kjob/actors/route"
+	"github.com/kjob/kjob/actors/shard"
+	"github.com/kjob/kjob/messages"
+)
+
+// Name is the actor name of the server actor on every node.
+const Name = "kjob-server"
+
+// ShardName is the child name of a shard's actor, stable across restarts so a route
+// to it stays valid when its node comes back.
+func ShardName(s string) string { return "shard-" + s }
+
+// Deps is what the server needs from its node.
+type Deps struct {
+	ServerID   string
+	Journal    shard.Journal
+	Log        *slog.Logger
+	NameServer func() *actor.PID // current NameServer PID (nil when unknown)
+	NewCore    func(s route.Shard, epoch int64) *shard.Core
+}
+
+// Recovered is a shard found in the journal at start.
+type Recovered struct {
+	Core       *shard.Core
+	DurableLSN uint64
+}
+
+type child struct {
+	pid   *actor.PID
+	shell *shard.Actor
+	core  *shard.Core
+}
+
+// HeartbeatTick makes the server send its heartbeat.
+type HeartbeatTick struct{}
+
+// Actor is the server actor.
+type Actor struct {
+	deps      Deps
+	recovered []Recovered
+	children  map[string]*child
+	table     atomic.Pointer[messages.RouteTable]
+	groups    map[string]string // shard → last worker set key sent
+	mu        sync.Mutex
+}
+
+// New makes the server actor with the shards recovered from the journal.
+func New(d Deps, rec []Recovered) *Actor {
+	return &Actor{deps: d, recovered: rec, children: map[string]*child{}, groups: map[string]string{}}
+}
+
+// Table is the last route table pushed to this server.
+func (a *Actor) Table() *messages.RouteTable { return a.table.Load() }
+
+// Receive implements actor.Actor.
+func (a *Actor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		for _, r := range a.recovered {
+			a.spawn(ctx, r.Core, false, r.DurableLSN)
+		}
+		a.recovered = nil
+	case *HeartbeatTick:
+		if ns := a.deps.NameServer(); ns != nil {
+			ctx.Send(ns, a.heartbeat(ctx))
+		}
+	case *messages.Ping:
+		ctx.Respond(&messages.Pong{ServerId: a.deps.ServerID, Address: ctx.Self().Address})
+	case *messages.AssignShard:
+		sh, err := route.Parse(m.Shard)
+		if err != nil {
+			ctx.Respond(&messages.ShardOpened{ServerId: a.deps.ServerID, Error: kerr.Invalid("shard", "%v", err)})
+			return
+		}
+		c := a.children[m.Shard]
+		if c == nil {
+			c = a.spawn(ctx, a.deps.NewCore(sh, m.Epoch), true, 0)
+		}
+		a.pushWorkers(ctx)
+		l := &messages.ShardLoad{Shard: m.Shard, Epoch: c.core.Epoch(), Pid: &messages.Ref{Address: c.pid.Address, Id: c.pid.Id}}
+		if ctx.Sender() != nil {
+			ctx.Respond(&messages.ShardOpened{ServerId: a.deps.ServerID, Shard: l})
+		}
+	case *messages.RouteTable:
+		if cur := a.table.Load(); cur != nil && cur.Version > m.Version {
+			return
+		}
+		a.table.Store(m)
+		a.pushWorkers(ctx)
+	case *messages.GetRoutes, *messages.WorkerHeartbeat, *messages.WorkerLeft, *messages.LeaseNode,
+		*messages.ClusterStatus, *messages.Subscribe:
+		ns := a.deps.NameServer()
+		if ns == nil {
+			a.unavailable(ctx, m.(proto.Message))
+			return
+		}
+		ctx.Forward(ns)
+	}
+}
+
+func (a *Actor) unavailable(ctx actor.Context, m proto.Message) {
+	e := kerr.New(messages.Code_UNAVAILABLE, "", "no name server reachable from %s yet", ctx.Self().Address)
+	switch m.(type) {
+	case *messages.GetRoutes:
+		ctx.Respond(&messages.RouteTable{Error: e})
+	case *messages.LeaseNode:
+		ctx.Respond(&messages.LeaseNodeReply{Error: e})
+	case *messages.ClusterStatus:
+		ctx.Respond(&messages.ClusterStatusReply{Error: e})
+	case *messages.WorkerHeartbeat:
+		ctx.Respond(&messages.Pong{})
+	}
+}
+
+func (a *Actor) spawn(ctx actor.Context, core *shard.Core, open bool, lsn uint64) *child {
+	shell := shard.NewActor(core, a.deps.Journal, a.deps.Log)
+	name := core.Shard().String()
+	pid, err := ctx.SpawnNamed(shell.Props(open, lsn), ShardName(name))
+	if err != nil {
+		a.deps.Log.Error("spawn shard", "shard", name, "err", err)
+		return &child{pid: pid, shell: shell, core: core}
+	}
+	c := &child{pid: pid, shell: shell, core: core}
+	a.children[name] = c
+	return c
+}
+
+func (a *Actor) heartbeat(ctx actor.Context) *messages.ServerHeartbeat {
+	hb := &messages.ServerHeartbeat{ServerId: a.deps.ServerID, Server: &messages.Ref{Address: ctx.Self().Address, Id: ctx.Self().Id},
+		SentMs: time.Now().UnixMilli(), Address: ctx.Self().Address, Cpu: cpuLoad(), Mem: memLoad(), SuccessRate: 1}
+	names := make([]string, 0, len(a.children))
+	for n := range a.children {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if l := a.children[n].shell.Load(); l != nil {
+			hb.Shards = append(hb.Shards, l)
+		}
+	}
+	if t := a.table.Load(); t != nil {
+		hb.Known = t.Routes
+	}
+	return hb
+}
+
+// pushWorkers gives every local shard the workers of its group: an app's workers are
+// partitioned among its shards by a hash of the worker id; a shard whose group is
+// empty falls back to all of the app's workers.
+func (a *Actor) pushWorkers(ctx actor.Context) {
+	t := a.table.Load()
+	if t == nil {
+		return
+	}
+	byApp := map[string][]*messages.WorkerInfo{}
+	for _, aw := range t.Apps {
+		byApp[aw.App] = aw.Workers
+	}
+	shardsOf := map[string][]route.Shard{}
+	for _, r := range t.Routes {
+		if s, err := route.Parse(r.Shard); err == nil {
+			shardsOf[r.App] = append(shardsOf[r.App], s)
+		}
+	}
+	for name, c := range a.children {
+		sh := c.core.Shard()
+		all := byApp[sh.App]
+		group := Group(sh, shardsOf[sh.App], all)
+		key := ""
+		for _, w := range group {
+			key += w.WorkerId + "@" + w.Ref.GetAddress() + "/" + w.Ref.GetId() + ";"
+		}
+		if a.groups[name] == key {
+			continue
+		}
+		a.groups[name] = key
+		ctx.Send(c.pid, &shard.SetWorkers{Workers: group})
+	}
+}
+
+// Group returns the workers of shard s among all the app's workers, given the app's
+// shards: those whose id hashes into s's range (deepest shard wins), or all when none.
+func Group(s route.Shard, shards []route.Shard, all []*messages.WorkerInfo) []*messages.WorkerInfo {
+	if len(shards) <= 1 {
+		return all
+	}
+	var g []*messages.WorkerInfo
+	for _, w := range all {
+		h := route.HashString(w.WorkerId)
+		var best route.Shard
+		found := false
+		for _, o := range shards {
+			if o.Contains(h) && (!found || o.Level > best.Level) {
+				best, found = o, true
+			}
+		}
+		if found && best == s {
+			g = append(g, w)
+		}
+	}
+	if len(g) == 0 {
+		return all
+	}
+	return g
+}

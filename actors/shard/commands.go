@@ -1,0 +1,446 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kjob/kjob/actors/kerr"
+	"github.com/kjob/kjob/actors/route"
+	"github.com/kjob/kjob/actors/schedule"
+	"github.com/kjob/kjob/messages"
+)
+
+// Handle applies one message from from (a client request or a worker's result) and
+// queues its reply behind the journal.
+func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env) {
+	c.now = nowMs
+	if res, ok := m.(*messages.RunResult); ok {
+		c.result(res, from, nowMs)
+		c.flush(env)
+		return
+	}
+	if c.failed != nil {
+		env.Send(from, errorReply(m, kerr.New(messages.Code_UNAVAILABLE, "", "%v", c.failed)))
+		return
+	}
+	if c.frozen != nil {
+		c.send(from, errorReply(m, c.frozen))
+		c.flush(env)
+		return
+	}
+	c.send(from, c.command(m, nowMs))
+	c.flush(env)
+}
+
+func errorReply(m proto.Message, e *messages.Error) proto.Message {
+	switch m.(type) {
+	case *messages.ListJobs:
+		return &messages.ListJobsReply{Error: e}
+	case *messages.GetRuns:
+		return &messages.RunsReply{Error: e}
+	case *messages.ListDeadLetters:
+		return &messages.DeadLettersReply{Error: e}
+	case *messages.GetDeadLetter, *messages.ReplayDeadLetter, *messages.PurgeDeadLetters:
+		return &messages.DeadLetterReply{Error: e}
+	default:
+		return &messages.JobReply{Error: e}
+	}
+}
+
+func (c *Core) command(m proto.Message, nowMs int64) proto.Message {
+	switch x := m.(type) {
+	case *messages.CreateJob:
+		j, e := c.create(x.Job, nowMs)
+		return &messages.JobReply{Error: e, Job: j}
+	case *messages.UpdateJob:
+		j, e := c.update(x.Job, nowMs)
+		return &messages.JobReply{Error: e, Job: j}
+	case *messages.GetJob:
+		j, e := c.lookup(x.App, x.Id)
+		if e != nil {
+			return &messages.JobReply{Error: e}
+		}
+		return &messages.JobReply{Job: proto.Clone(j.j).(*messages.Job)}
+	case *messages.DeleteJob:
+		j, e := c.lookup(x.App, x.Id)
+		if e != nil {
+			return &messages.JobReply{Error: e}
+		}
+		c.emit(messages.RecordType_JOB_DELETED, &messages.JobRef{Id: x.Id})
+		return &messages.JobReply{Job: j.j}
+	case *messages.PauseJob, *messages.ResumeJob:
+		return c.pauseResume(x, nowMs)
+	case *messages.TriggerJob:
+		j, e := c.lookup(x.App, x.Id)
+		if e != nil {
+			return &messages.JobReply{Error: e}
+		}
+		if len(x.Params) > MaxParamsBytes {
+			return &messages.JobReply{Error: kerr.Invalid("params", "%d bytes exceeds the limit of %d bytes", len(x.Params), MaxParamsBytes)}
+		}
+		c.startRun(j, nowMs, nowMs, false, j.j.Runs, 0, x.Params, x.HasParams)
+		return &messages.JobReply{Job: proto.Clone(j.j).(*messages.Job)}
+	case *messages.ListJobs:
+		return c.list(x)
+	case *messages.GetRuns:
+		return c.history(x)
+	case *messages.ListDeadLetters, *messages.GetDeadLetter, *messages.ReplayDeadLetter, *messages.PurgeDeadLetters:
+		return c.deadLetters(x, nowMs)
+	}
+	return &messages.JobReply{Error: kerr.New(messages.Code_INVALID_ARGUMENT, "", "unknown request %T", m)}
+}
+
+func (c *Core) lookup(app string, id int64) (*job, *messages.Error) {
+	if app != c.cfg.Shard.App {
+		return nil, kerr.New(messages.Code_NOT_OWNER, "app", "shard %s does not hold app %q", c.cfg.Shard, app)
+	}
+	j := c.jobs[id]
+	if j == nil {
+		return nil, kerr.New(messages.Code_NOT_FOUND, "id", "job %d not found in app %q", id, app)
+	}
+	return j, nil
+}
+
+// compile turns a job's schedule into its next-fire calculator; createdMs resolves
+// a one-shot delay.
+func compile(j *messages.Job, createdMs int64) (*schedule.Compiled, error) {
+	s := j.Schedule
+	if s == nil {
+		return nil, &schedule.Error{Field: "kind", Reason: "a schedule is required"}
+	}
+	spec := schedule.Spec{TZ: s.Tz, Cron: s.Cron, EveryMs: s.EveryMs, StartMs: s.StartMs,
+		NotBeforeMs: s.NotBeforeMs, NotAfterMs: s.NotAfterMs, MaxRuns: s.MaxRuns, AtMs: s.AtMs}
+	switch s.Kind {
+	case messages.ScheduleKind_ONCE:
+		spec.Kind = schedule.Once
+		if s.AtMs == 0 {
+			if s.DelayMs < 0 {
+				return nil, &schedule.Error{Field: "delay", Reason: fmt.Sprintf("must not be negative, got %d ms", s.DelayMs)}
+			}
+			spec.AtMs = createdMs + s.DelayMs
+		}
+	case messages.ScheduleKind_CRON:
+		spec.Kind = schedule.Cron
+	case messages.ScheduleKind_FIXED_RATE:
+		spec.Kind = schedule.FixedRate
+	case messages.ScheduleKind_FIXED_DELAY:
+		spec.Kind = schedule.FixedDelay
+	case messages.ScheduleKind_API_ONLY:
+		spec.Kind = schedule.APIOnly
+	default:
+		return nil, &schedule.Error{Field: "kind", Reason: "one of once, cron, fixed_rate, fixed_delay, api_only is required"}
+	}
+	return schedule.Compile(spec)
+}
+
+func schedErr(err error) *messages.Error {
+	var se *schedule.Error
+	if errors.As(err, &se) {
+		return kerr.Invalid("schedule."+se.Field, "%s", se.Reason)
+	}
+	return kerr.Invalid("schedule", "%v", err)
+}
+
+// validate checks a job definition and returns its compiled schedule.
+func (c *Core) validate(j *messages.Job, createdMs int64) (*schedule.Compiled, *messages.Error) {
+	if j == nil {
+		return nil, kerr.Invalid("job", "is required")
+	}
+	if j.Id <= 0 {
+		return nil, kerr.Invalid("id", "must be a positive snowflake id, got %d", j.Id)
+	}
+	if why := route.ValidApp(j.App); why != "" {
+		return nil, kerr.Invalid("app", "%s", why)
+	}
+	if j.App != c.cfg.Shard.App || !c.cfg.Shard.ContainsJob(j.Id) {
+		return nil, kerr.New(messages.Code_NOT_OWNER, "id", "job %d of app %q is not in shard %s", j.Id, j.App, c.cfg.Shard)
+	}
+	if j.Handler == "" || len(j.Handler) > MaxHandlerLen {
+		return nil, kerr.Invalid("handler", "must be 1 to %d characters, got %d", MaxHandlerLen, len(j.Handler))
+	}
+	if len(j.Params) > MaxParamsBytes {
+		return nil, kerr.Invalid("params", "%d bytes exceeds the limit of %d bytes", len(j.Params), MaxParamsBytes)
+	}
+	p := j.Policy
+	if p != nil {
+		if p.Attempts < 0 || p.Attempts > MaxAttempts {
+			return nil, kerr.Invalid("policy.attempts", "must be 0 (default) to %d, got %d", MaxAttempts, p.Attempts)
+		}
+		if len(p.LadderMs) > schedule.MaxLadderLevels {
+			return nil, kerr.Invalid("policy.ladder", "has %d levels, the limit is %d", len(p.LadderMs), schedule.MaxLadderLevels)
+		}
+		for i, d := range p.LadderMs {
+			if d <= 0 {
+				return nil, kerr.Invalid("policy.ladder", "level %d is %d ms; each delay must be positive", i, d)
+			}
+		}
+		if p.TimeoutMs < 0 || p.TimeoutMs > MaxTimeoutMs {
+			return nil, kerr.Invalid("policy.timeout", "must be 0 (default) to %d ms, got %d", int64(MaxTimeoutMs), p.TimeoutMs)
+		}
+		if p.Route == messages.Route_CONSISTENT_HASH && p.RouteKey == "" {
+			return nil, kerr.Invalid("policy.route_key", "consistent_hash routing needs a route key (a top-level params field)")
+		}
+		if _, ok := messages.Route_name[int32(p.Route)]; !ok {
+			return nil, kerr.Invalid("policy.route", "unknown routing %d", p.Route)
+		}
+	}
+	sc, err := compile(j, createdMs)
+	if err != nil {
+		return nil, schedErr(err)
+	}
+	return sc, nil
+}
+
+func sameDefinition(a, b *messages.Job) bool {
+	return a.App == b.App && a.Handler == b.Handler && string(a.Params) == string(b.Params) &&
+		proto.Equal(a.Schedule, b.Schedule) && proto.Equal(a.Policy, b.Policy)
+}
+
+func (c *Core) create(in *messages.Job, nowMs int64) (*messages.Job, *messages.Error) {
+	sc, e := c.validate(in, nowMs)
+	if e != nil {
+		return nil, e
+	}
+	if old := c.jobs[in.Id]; old != nil {
+		if sameDefinition(old.j, in) { // a retried create: idempotent
+			return proto.Clone(old.j).(*messages.Job), nil
+		}
+		return nil, kerr.New(messages.Code_ALREADY_EXISTS, "id", "job %d exists with a different definition", in.Id)
+	}
+	if len(c.jobs) >= c.cfg.MaxJobs {
+		return nil, kerr.New(messages.Code_RESOURCE_EXHAUSTED, "", "shard %s holds %d jobs, the limit", c.cfg.Shard, c.cfg.MaxJobs)
+	}
+	j := &messages.Job{Id: in.Id, App: in.App, Handler: in.Handler, Params: in.Params, Schedule: in.Schedule,
+		Policy: in.Policy, State: messages.JobState_ACTIVE, Version: 1, CreatedMs: nowMs, UpdatedMs: nowMs}
+	if in.State == messages.JobState_PAUSED {
+		j.State = messages.JobState_PAUSED
+	}
+	if d, ok := sc.First(nowMs, 0); ok {
+		j.NextDueMs = d
+	}
+	c.emit(messages.RecordType_JOB_PUT, j)
+	return proto.Clone(c.jobs[in.Id].j).(*messages.Job), nil
+}
+
+func (c *Core) update(in *messages.Job, nowMs int64) (*messages.Job, *messages.Error) {
+	if in == nil {
+		return nil, kerr.Invalid("job", "is required")
+	}
+	old, e := c.lookup(in.App, in.Id)
+	if e != nil {
+		if e.Code == messages.Code_NOT_FOUND {
+			e.Message += " (deleted or never created); update needs an existing job"
+		}
+		return nil, e
+	}
+	sc, e := c.validate(in, old.j.CreatedMs)
+	if e != nil {
+		return nil, e
+	}
+	if in.Schedule.GetKind() == messages.ScheduleKind_ONCE && in.Schedule.GetAtMs() == 0 {
+		sc, e = c.validate(in, nowMs) // a new delay counts from the update
+		if e != nil {
+			return nil, e
+		}
+	}
+	j := proto.Clone(old.j).(*messages.Job)
+	j.Handler, j.Params, j.Schedule, j.Policy = in.Handler, in.Params, in.Schedule, in.Policy
+	j.Version++
+	j.UpdatedMs = nowMs
+	if j.State == messages.JobState_DONE {
+		j.State = messages.JobState_ACTIVE
+	}
+	j.NextDueMs = 0
+	if d, ok := sc.First(nowMs, j.Runs); ok {
+		j.NextDueMs = d
+	}
+	if j.Schedule.GetKind() == messages.ScheduleKind_ONCE && j.Schedule.GetAtMs() == 0 {
+		j.CreatedMs = nowMs // the delay was resolved against now
+	}
+	c.emit(messages.RecordType_JOB_PUT, j)
+	return proto.Clone(c.jobs[j.Id].j).(*messages.Job), nil
+}
+
+func (c *Core) pauseResume(m proto.Message, nowMs int64) proto.Message {
+	var app string
+	var id int64
+	pause := false
+	switch x := m.(type) {
+	case *messages.PauseJob:
+		app, id, pause = x.App, x.Id, true
+	case *messages.ResumeJob:
+		app, id = x.App, x.Id
+	}
+	old, e := c.lookup(app, id)
+	if e != nil {
+		return &messages.JobReply{Error: e}
+	}
+	j := proto.Clone(old.j).(*messages.Job)
+	switch {
+	case pause && j.State == messages.JobState_ACTIVE:
+		j.State = messages.JobState_PAUSED
+	case !pause && j.State == messages.JobState_PAUSED:
+		j.State = messages.JobState_ACTIVE
+		j.NextDueMs = 0
+		if d, ok := old.sched.First(nowMs, j.Runs); ok {
+			j.NextDueMs = d
+		}
+	default:
+		return &messages.JobReply{Job: j} // already in that state
+	}
+	j.Version++
+	j.UpdatedMs = nowMs
+	c.emit(messages.RecordType_JOB_PUT, j)
+	return &messages.JobReply{Job: proto.Clone(c.jobs[id].j).(*messages.Job)}
+}
+
+func (c *Core) list(x *messages.ListJobs) proto.Message {
+	if x.App != c.cfg.Shard.App {
+		return &messages.ListJobsReply{Error: kerr.New(messages.Code_NOT_OWNER, "app", "shard %s does not hold app %q", c.cfg.Shard, x.App)}
+	}
+	limit := int(x.Limit)
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	if limit > MaxListLimit {
+		return &messages.ListJobsReply{Error: kerr.Invalid("limit", "%d exceeds the limit of %d", limit, MaxListLimit)}
+	}
+	ids := make([]int64, 0, len(c.jobs))
+	for id, j := range c.jobs {
+		if id <= x.AfterId {
+			continue
+		}
+		if x.State != messages.JobState_JOB_STATE_UNSPECIFIED && j.j.State != x.State {
+			continue
+		}
+		if x.Handler != "" && j.j.Handler != x.Handler {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
+	out := &messages.ListJobsReply{}
+	for i, id := range ids {
+		if i == limit {
+			out.NextAfterId = ids[i-1]
+			break
+		}
+		out.Jobs = append(out.Jobs, proto.Clone(c.jobs[id].j).(*messages.Job))
+	}
+	return out
+}
+
+func (c *Core) history(x *messages.GetRuns) proto.Message {
+	j, e := c.lookup(x.App, x.Id)
+	if e != nil {
+		return &messages.RunsReply{Error: e}
+	}
+	limit := int(x.Limit)
+	if limit <= 0 || limit > c.cfg.History {
+		limit = c.cfg.History
+	}
+	out := &messages.RunsReply{}
+	ids := make([]string, 0)
+	for id, r := range c.runs {
+		if r.st.JobId == x.Id {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids { // runs still going or waiting for a retry
+		st := c.runs[id].st
+		out.Runs = append(out.Runs, &messages.RunRecord{RunId: st.RunId, JobId: st.JobId, DueMs: st.DueMs,
+			DispatchedMs: st.DispatchedMs, Attempt: st.Attempt, WorkerId: st.WorkerId, Error: st.LastError, TraceId: st.TraceId})
+	}
+	for i := len(j.history) - 1; i >= 0 && len(out.Runs) < limit; i-- {
+		out.Runs = append(out.Runs, j.history[i])
+	}
+	return out
+}
+
+func (c *Core) deadLetters(m proto.Message, nowMs int64) proto.Message {
+	switch x := m.(type) {
+	case *messages.ListDeadLetters:
+		limit := int(x.Limit)
+		if limit <= 0 {
+			limit = DefaultListLimit
+		}
+		if limit > MaxListLimit {
+			return &messages.DeadLettersReply{Error: kerr.Invalid("limit", "%d exceeds the limit of %d", limit, MaxListLimit)}
+		}
+		ids := make([]string, 0, len(c.dead))
+		for id := range c.dead {
+			if id > x.AfterRunId {
+				ids = append(ids, id)
+			}
+		}
+		sort.Strings(ids)
+		out := &messages.DeadLettersReply{}
+		for i, id := range ids {
+			if i == limit {
+				out.NextAfterRunId = ids[i-1]
+				break
+			}
+			out.Letters = append(out.Letters, c.dead[id])
+		}
+		return out
+	case *messages.GetDeadLetter:
+		d := c.dead[x.RunId]
+		if d == nil {
+			return &messages.DeadLetterReply{Error: kerr.New(messages.Code_NOT_FOUND, "run_id", "no dead letter %q in shard %s", x.RunId, c.cfg.Shard)}
+		}
+		return &messages.DeadLetterReply{Letter: d}
+	case *messages.ReplayDeadLetter:
+		d := c.dead[x.RunId]
+		if d == nil {
+			return &messages.DeadLetterReply{Error: kerr.New(messages.Code_NOT_FOUND, "run_id", "no dead letter %q in shard %s (replayed or purged already?)", x.RunId, c.cfg.Shard)}
+		}
+		c.emit(messages.RecordType_DEAD_LETTER_REMOVED, &messages.JobRef{Id: d.JobId, RunId: d.RunId})
+		id, due := c.runID(d.JobId, nowMs)
+		st := &messages.RunState{RunId: id, JobId: d.JobId, DueMs: due, Attempt: 1, DispatchedMs: nowMs,
+			DeadlineMs: nowMs + c.timeout(d.JobId) + c.cfg.GraceMs, Level: -1, Params: d.Params, HasParams: true,
+			TraceId: c.traceparent(), Handler: d.Handler, App: d.App}
+		c.emit(messages.RecordType_RUN_DISPATCHED, st)
+		c.dispatch(c.runs[id], nowMs)
+		return &messages.DeadLetterReply{Letter: d}
+	case *messages.PurgeDeadLetters:
+		n := int32(0)
+		ids := make([]string, 0)
+		for id := range c.dead {
+			if x.RunId == "" || id == x.RunId {
+				ids = append(ids, id)
+			}
+		}
+		if x.RunId != "" && len(ids) == 0 {
+			return &messages.DeadLetterReply{Error: kerr.New(messages.Code_NOT_FOUND, "run_id", "no dead letter %q in shard %s", x.RunId, c.cfg.Shard)}
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			c.emit(messages.RecordType_DEAD_LETTER_REMOVED, &messages.JobRef{RunId: id})
+			n++
+		}
+		return &messages.DeadLetterReply{Purged: n}
+	}
+	return nil
+}
+
+// result records a worker's report on a run.
+func (c *Core) result(res *messages.RunResult, from *messages.Ref, nowMs int64) {
+	ack := &messages.ResultAck{RunId: res.RunId}
+	if res.Epoch != c.epoch && !c.cfg.Mutations.SkipEpochCheck {
+		return // a result for another owner's dispatch: the current owner re-dispatches
+	}
+	r := c.runs[res.RunId]
+	if r == nil || r.st.Level >= 0 || r.st.Attempt != res.Attempt {
+		c.send(from, ack) // already recorded: let the worker forget it
+		return
+	}
+	if c.frozen != nil || c.failed != nil {
+		return
+	}
+	c.finish(r, res, nowMs)
+	c.send(from, ack)
+}

@@ -1,0 +1,819 @@
+// Package shard is the shard actor: the owner of one hash range of an app's jobs.
+//
+// Core is its pure state machine (no goroutines, no clock, no I/O): the shell in
+// shell.go feeds it commands, worker results, timer ticks and journal durability, and
+// carries out what it asks through Env. The simulator drives the same Core.
+//
+// State is event-sourced: every change is a journal record, and live changes are made
+// by applying the very record that is journaled (emit → apply), so replay after a
+// crash rebuilds exactly the state that was acknowledged. Every message the core sends
+// (replies and dispatches alike) waits in an outbox until every record appended
+// before it is durable: nothing is acknowledged or dispatched ahead of the journal.
+package shard
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kjob/kjob/actors/kerr"
+	"github.com/kjob/kjob/actors/route"
+	"github.com/kjob/kjob/actors/schedule"
+	"github.com/kjob/kjob/messages"
+	"github.com/kjob/kjob/persistence"
+	"github.com/kjob/kjob/wheel"
+)
+
+// Limits and defaults. Each bound is named so an error can say which one was hit.
+const (
+	MaxParamsBytes     = 64 << 10
+	MaxHandlerLen      = 128
+	MaxListLimit       = 1000
+	DefaultListLimit   = 100
+	DefaultTimeoutMs   = 60_000
+	MaxTimeoutMs       = 24 * 3600_000
+	DefaultGraceMs     = 5_000
+	DefaultHistory     = 20
+	NoWorkerRetryMs    = 500
+	MaxAttempts        = 32
+	DefaultMaxJobs     = 20_000_000
+	FireWindowMs       = 60_000
+	MaxFiresPerTick    = 100_000 // bounds one Tick's work; the rest fires on the next
+	MaxMisfireFireAll  = schedule.MaxMisfireFires
+	defaultAttemptsAll = 5 // 1 + the four rungs of the default ladder
+)
+
+// Env is what the core needs from the world.
+type Env interface {
+	// Append journals entries without waiting; the owner later calls Durable with
+	// the LSN that became durable. It returns the last LSN assigned.
+	Append(entries []persistence.Entry) (lastLSN uint64, err error)
+	// Send delivers m to the actor named by to, fire and forget.
+	Send(to *messages.Ref, m proto.Message)
+}
+
+// Config holds a shard's settings.
+type Config struct {
+	Shard           route.Shard
+	Self            *messages.Ref // this shard actor, for reply_to in dispatches
+	DefaultAttempts int
+	DefaultLadderMs []int64
+	DefaultTimeout  int64
+	GraceMs         int64
+	History         int
+	MaxJobs         int
+	Seed            uint64 // for random routing; fixed for determinism
+	// Mutations switched on by simulator tests to prove the invariants catch bugs.
+	Mutations Mutations
+}
+
+// Mutations are deliberate bugs, for tests only.
+type Mutations struct {
+	AckBeforeDurable  bool // send without waiting for the journal
+	SkipEpochCheck    bool // accept results of any epoch
+	FireEarlyMs       int64
+	ForgetRetryRecord bool // schedule a retry without journaling it
+}
+
+func (c *Config) defaults() {
+	if c.DefaultAttempts <= 0 {
+		c.DefaultAttempts = defaultAttemptsAll
+	}
+	if len(c.DefaultLadderMs) == 0 {
+		c.DefaultLadderMs = schedule.DefaultLadderMs
+	}
+	if c.DefaultTimeout <= 0 {
+		c.DefaultTimeout = DefaultTimeoutMs
+	}
+	if c.GraceMs <= 0 {
+		c.GraceMs = DefaultGraceMs
+	}
+	if c.History <= 0 {
+		c.History = DefaultHistory
+	}
+	if c.MaxJobs <= 0 {
+		c.MaxJobs = DefaultMaxJobs
+	}
+}
+
+type job struct {
+	j       *messages.Job
+	sched   *schedule.Compiled
+	handle  wheel.Handle
+	running int
+	history []*messages.RunRecord // oldest first, bounded by Config.History
+}
+
+type run struct {
+	st     *messages.RunState
+	seq    uint64
+	handle wheel.Handle // its timer in runTimers: deadline, retry due or no-worker retry
+}
+
+type outMsg struct {
+	lsn uint64
+	to  *messages.Ref
+	m   proto.Message
+}
+
+// Core is the shard's state machine.
+type Core struct {
+	cfg    Config
+	stream uint64
+	epoch  int64
+
+	jobs   map[int64]*job
+	due    *wheel.Wheel // next fire per job; payload = job id
+	runs   map[string]*run
+	bySeq  map[uint64]*run
+	timers *wheel.Wheel // per run; payload = run seq
+	runSeq uint64
+	dead   map[string]*messages.DeadLetter
+
+	workers  []*messages.WorkerInfo
+	rr       int
+	busy     map[string]int // in-flight per worker id
+	rng      *rand.Rand
+	pending  []persistence.Entry
+	appended uint64
+	durable  uint64
+	outbox   []outMsg
+	failed   error
+	frozen   *messages.Error // NOT_OWNER reply while handing off / handed off
+
+	firesTotal int64
+	fireWin    [60]int64 // fires per second bucket, FireWindowMs wide
+	fireWinSec [60]int64
+	lateSumMs  int64
+	now        int64
+	trace      uint64
+}
+
+// New makes an empty shard at epoch (recovery then replays into it).
+func New(cfg Config, nowMs int64, epoch int64) *Core {
+	cfg.defaults()
+	return &Core{
+		cfg:    cfg,
+		stream: cfg.Shard.Stream(),
+		epoch:  epoch,
+		jobs:   make(map[int64]*job),
+		due:    wheel.New(nowMs),
+		runs:   make(map[string]*run),
+		bySeq:  make(map[uint64]*run),
+		timers: wheel.New(nowMs),
+		dead:   make(map[string]*messages.DeadLetter),
+		busy:   make(map[string]int),
+		rng:    rand.New(rand.NewPCG(cfg.Seed, uint64(route.HashString(cfg.Shard.String())))),
+		now:    nowMs,
+	}
+}
+
+// Shard returns the shard's identity.
+func (c *Core) Shard() route.Shard { return c.cfg.Shard }
+
+// Stream returns the journal stream id.
+func (c *Core) Stream() uint64 { return c.stream }
+
+// Epoch returns the ownership epoch.
+func (c *Core) Epoch() int64 { return c.epoch }
+
+// Failed reports the fatal journal error, if any.
+func (c *Core) Failed() error { return c.failed }
+
+// Pending is the number of jobs with a next fire time.
+func (c *Core) Pending() int { return c.due.Len() }
+
+// Jobs is the number of jobs.
+func (c *Core) Jobs() int { return len(c.jobs) }
+
+// InFlight is the number of runs dispatched or waiting for a retry.
+func (c *Core) InFlight() int { return len(c.runs) }
+
+// DeadLetters is the size of the dead-letter queue.
+func (c *Core) DeadLetters() int { return len(c.dead) }
+
+// FiresTotal is the number of runs dispatched since the shard was opened here.
+func (c *Core) FiresTotal() int64 { return c.firesTotal }
+
+// FiresWindow is the number of fires in the last FireWindowMs.
+func (c *Core) FiresWindow(nowMs int64) int64 {
+	var n int64
+	sec := nowMs / 1000
+	for i := range c.fireWin {
+		if sec-c.fireWinSec[i] < FireWindowMs/1000 {
+			n += c.fireWin[i]
+		}
+	}
+	return n
+}
+
+// Quiescent reports whether everything appended is durable (a snapshot taken now
+// covers exactly the durable journal).
+func (c *Core) Quiescent() bool { return c.appended == c.durable && len(c.pending) == 0 }
+
+// AppliedLSN is the last LSN whose record is reflected in the state.
+func (c *Core) AppliedLSN() uint64 { return c.appended }
+
+// NextWake is when the core next needs Tick; ok is false when it needs none.
+func (c *Core) NextWake() (int64, bool) {
+	a, okA := c.due.NextDue()
+	b, okB := c.timers.NextDue()
+	switch {
+	case okA && okB:
+		a -= c.cfg.Mutations.FireEarlyMs
+		return min(a, b), true
+	case okA:
+		return a - c.cfg.Mutations.FireEarlyMs, true
+	case okB:
+		return b, true
+	}
+	return 0, false
+}
+
+// ---------------------------------------------------------------- journal plumbing
+
+// Open journals the shard's opening at its epoch (a new owner writes it first).
+func (c *Core) Open(env Env) {
+	c.emit(messages.RecordType_SHARD_OPENED, &messages.ShardMeta{Shard: c.cfg.Shard.String(), Epoch: c.epoch})
+	c.flush(env)
+}
+
+func (c *Core) emit(t messages.RecordType, m proto.Message) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(fmt.Sprintf("shard: marshal %T: %v", m, err)) // generated types always marshal
+	}
+	c.pending = append(c.pending, persistence.Entry{Stream: c.stream, Type: uint8(t), Payload: b})
+	c.apply(t, m)
+}
+
+// flush appends the step's records as one batch, then releases what may be sent.
+func (c *Core) flush(env Env) {
+	if len(c.pending) > 0 && c.failed == nil {
+		last, err := env.Append(c.pending)
+		if err != nil {
+			c.fail(err)
+		} else {
+			c.appended = last
+		}
+	}
+	c.pending = c.pending[:0]
+	c.release(env)
+}
+
+func (c *Core) fail(err error) {
+	if c.failed == nil {
+		c.failed = fmt.Errorf("shard %s: journal failed, shard stopped: %w", c.cfg.Shard, err)
+	}
+	c.outbox = nil
+}
+
+func (c *Core) send(to *messages.Ref, m proto.Message) {
+	if to == nil || c.failed != nil {
+		return
+	}
+	c.outbox = append(c.outbox, outMsg{lsn: c.appended + uint64(len(c.pending)), to: to, m: m})
+}
+
+func (c *Core) release(env Env) {
+	i := 0
+	for ; i < len(c.outbox); i++ {
+		o := c.outbox[i]
+		if o.lsn > c.durable && !c.cfg.Mutations.AckBeforeDurable {
+			break
+		}
+		env.Send(o.to, o.m)
+	}
+	c.outbox = append(c.outbox[:0], c.outbox[i:]...)
+}
+
+// Durable tells the core that the journal is durable up to lsn, or failed.
+func (c *Core) Durable(lsn uint64, err error, env Env) {
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	if lsn > c.durable {
+		c.durable = lsn
+	}
+	c.release(env)
+}
+
+// Replay applies one journal record during recovery (records arrive in LSN order).
+func (c *Core) Replay(r persistence.Record) error {
+	m, err := decode(messages.RecordType(r.Type), r.Payload)
+	if err != nil {
+		return fmt.Errorf("shard %s: lsn %d: %w", c.cfg.Shard, r.LSN, err)
+	}
+	c.apply(messages.RecordType(r.Type), m)
+	c.appended, c.durable = r.LSN, r.LSN
+	return nil
+}
+
+// Recovered marks the end of recovery at the journal's durable LSN: runs that were
+// dispatched and never finished go out again; periodic jobs whose fires were missed
+// while the shard was down follow their misfire policy.
+func (c *Core) Recovered(nowMs int64, durableLSN uint64, env Env) {
+	c.now = nowMs
+	c.appended, c.durable = durableLSN, durableLSN
+	ids := make([]string, 0, len(c.runs))
+	for id := range c.runs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		r := c.runs[id]
+		if r.st.Level >= 0 {
+			c.armRun(r, r.st.DeadlineMs)
+		} else {
+			c.dispatch(r, nowMs)
+		}
+	}
+	c.misfires(nowMs)
+	c.flush(env)
+}
+
+func decode(t messages.RecordType, b []byte) (proto.Message, error) {
+	var m proto.Message
+	switch t {
+	case messages.RecordType_SHARD_OPENED, messages.RecordType_SHARD_CLOSED:
+		m = &messages.ShardMeta{}
+	case messages.RecordType_JOB_PUT:
+		m = &messages.Job{}
+	case messages.RecordType_JOB_DELETED, messages.RecordType_DEAD_LETTER_REMOVED:
+		m = &messages.JobRef{}
+	case messages.RecordType_RUN_DISPATCHED, messages.RecordType_RETRY_SCHEDULED:
+		m = &messages.RunState{}
+	case messages.RecordType_RUN_FINISHED:
+		m = &messages.RunRecord{}
+	case messages.RecordType_DEAD_LETTERED:
+		m = &messages.DeadLetter{}
+	default:
+		return nil, fmt.Errorf("unknown record type %d", t)
+	}
+	return m, proto.Unmarshal(b, m)
+}
+
+// apply is the only place state changes. It must be deterministic in the record.
+func (c *Core) apply(t messages.RecordType, m proto.Message) {
+	switch t {
+	case messages.RecordType_SHARD_OPENED:
+		if e := m.(*messages.ShardMeta).Epoch; e > c.epoch {
+			c.epoch = e
+		}
+	case messages.RecordType_SHARD_CLOSED:
+		c.frozen = kerr.New(messages.Code_NOT_OWNER, "", "shard %s was handed off", c.cfg.Shard)
+	case messages.RecordType_JOB_PUT:
+		jm := m.(*messages.Job)
+		j := c.jobs[jm.Id]
+		if j == nil {
+			j = &job{}
+			c.jobs[jm.Id] = j
+		}
+		j.j = jm
+		j.sched, _ = compile(jm, jm.CreatedMs) // validated before it was journaled
+		c.setDue(j, jm.NextDueMs)
+	case messages.RecordType_JOB_DELETED:
+		id := m.(*messages.JobRef).Id
+		if j := c.jobs[id]; j != nil {
+			if j.handle != 0 {
+				c.due.Cancel(j.handle)
+			}
+			delete(c.jobs, id)
+		}
+		for rid, r := range c.runs { // retries waiting for a deleted job are dropped
+			if r.st.JobId == id {
+				c.dropRun(rid)
+			}
+		}
+	case messages.RecordType_RUN_DISPATCHED:
+		st := m.(*messages.RunState)
+		r := c.runs[st.RunId]
+		if r == nil {
+			c.runSeq++
+			r = &run{seq: c.runSeq}
+			c.runs[st.RunId] = r
+			c.bySeq[r.seq] = r
+		}
+		r.st = st
+		if j := c.jobs[st.JobId]; j != nil {
+			j.running++
+			if st.Fire {
+				j.j.Runs = st.JobRuns
+				j.j.LastDueMs = st.DueMs
+				c.setDue(j, st.JobNextDueMs)
+			}
+		}
+	case messages.RecordType_RETRY_SCHEDULED:
+		st := m.(*messages.RunState)
+		c.runSeq++
+		r := &run{st: st, seq: c.runSeq}
+		c.runs[st.RunId] = r
+		c.bySeq[r.seq] = r
+	case messages.RecordType_RUN_FINISHED:
+		rec := m.(*messages.RunRecord)
+		c.dropRun(rec.RunId)
+		if j := c.jobs[rec.JobId]; j != nil {
+			if j.running > 0 {
+				j.running--
+			}
+			j.history = append(j.history, rec)
+			if len(j.history) > c.cfg.History {
+				j.history = append(j.history[:0], j.history[len(j.history)-c.cfg.History:]...)
+			}
+			j.j.LastFinishMs = rec.EndMs
+			if rec.SetsNext {
+				c.setDue(j, rec.JobNextDueMs)
+			}
+		}
+	case messages.RecordType_DEAD_LETTERED:
+		d := m.(*messages.DeadLetter)
+		c.dropRun(d.RunId)
+		c.dead[d.RunId] = d
+	case messages.RecordType_DEAD_LETTER_REMOVED:
+		delete(c.dead, m.(*messages.JobRef).RunId)
+	}
+}
+
+func (c *Core) setDue(j *job, dueMs int64) {
+	j.j.NextDueMs = dueMs
+	if dueMs > 0 && j.j.State == messages.JobState_ACTIVE {
+		if j.handle != 0 && c.due.Reschedule(j.handle, dueMs) {
+			return
+		}
+		j.handle = c.due.Add(dueMs, uint64(j.j.Id))
+		return
+	}
+	if j.handle != 0 {
+		c.due.Cancel(j.handle)
+		j.handle = 0
+	}
+	if dueMs == 0 && j.j.State == messages.JobState_ACTIVE && j.j.Schedule.GetKind() != messages.ScheduleKind_API_ONLY {
+		j.j.State = messages.JobState_DONE
+	}
+}
+
+func (c *Core) dropRun(runID string) {
+	r := c.runs[runID]
+	if r == nil {
+		return
+	}
+	if r.handle != 0 {
+		c.timers.Cancel(r.handle)
+	}
+	if r.st.WorkerId != "" && c.busy[r.st.WorkerId] > 0 {
+		c.busy[r.st.WorkerId]--
+	}
+	delete(c.bySeq, r.seq)
+	delete(c.runs, runID)
+}
+
+func (c *Core) armRun(r *run, atMs int64) {
+	if r.handle != 0 && c.timers.Reschedule(r.handle, atMs) {
+		return
+	}
+	r.handle = c.timers.Add(atMs, r.seq)
+}
+
+// ---------------------------------------------------------------- inputs
+
+// SetWorkers replaces the live workers this shard dispatches to, and sends runs that
+// were waiting for a worker.
+func (c *Core) SetWorkers(nowMs int64, ws []*messages.WorkerInfo, env Env) {
+	c.now = nowMs
+	c.workers = ws
+	if len(ws) > 0 {
+		seqs := make([]uint64, 0)
+		for _, r := range c.runs {
+			if r.st.Level < 0 && r.st.WorkerId == "" {
+				seqs = append(seqs, r.seq)
+			}
+		}
+		sort.Slice(seqs, func(a, b int) bool { return seqs[a] < seqs[b] })
+		for _, s := range seqs {
+			c.dispatch(c.bySeq[s], nowMs)
+		}
+	}
+	c.flush(env)
+}
+
+// Freeze makes the shard refuse commands with NOT_OWNER (hint: where it goes).
+func (c *Core) Freeze(hint *messages.Error) { c.frozen = hint }
+
+// Frozen reports whether the shard refuses commands.
+func (c *Core) Frozen() bool { return c.frozen != nil }
+
+// Tick fires what is due at nowMs: job fires, retry attempts, lost-result deadlines.
+func (c *Core) Tick(nowMs int64, env Env) {
+	c.now = nowMs
+	if c.failed != nil || c.frozen != nil {
+		return
+	}
+	fired := 0
+	var dueJobs []int64
+	var dueAt []int64
+	c.due.Advance(nowMs+c.cfg.Mutations.FireEarlyMs, func(_ wheel.Handle, dueMs int64, payload uint64) {
+		dueJobs = append(dueJobs, int64(payload))
+		dueAt = append(dueAt, dueMs)
+	})
+	for i, id := range dueJobs {
+		if j := c.jobs[id]; j != nil {
+			j.handle = 0
+			c.fire(j, dueAt[i], nowMs)
+			fired++
+		}
+	}
+	var dueRuns []uint64
+	c.timers.Advance(nowMs, func(_ wheel.Handle, _ int64, payload uint64) { dueRuns = append(dueRuns, payload) })
+	for _, s := range dueRuns {
+		r := c.bySeq[s]
+		if r == nil {
+			continue
+		}
+		r.handle = 0
+		switch {
+		case r.st.Level >= 0: // a retry whose delay is over
+			st := proto.Clone(r.st).(*messages.RunState)
+			st.Level = -1
+			st.DispatchedMs = nowMs
+			st.DeadlineMs = nowMs + c.timeout(st.JobId) + c.cfg.GraceMs
+			st.WorkerId = ""
+			st.Fire = false
+			c.emit(messages.RecordType_RUN_DISPATCHED, st)
+			c.dispatch(c.runs[st.RunId], nowMs)
+		case r.st.WorkerId == "": // no worker was live: try again
+			c.dispatch(r, nowMs)
+		default: // no result by the deadline
+			c.finish(r, &messages.RunResult{RunId: r.st.RunId, JobId: r.st.JobId, Attempt: r.st.Attempt,
+				Outcome: messages.Outcome_LOST, Error: fmt.Sprintf("no result within %d ms", r.st.DeadlineMs-r.st.DispatchedMs),
+				WorkerId: r.st.WorkerId, EndMs: nowMs}, nowMs)
+		}
+	}
+	c.flush(env)
+}
+
+func (c *Core) timeout(jobID int64) int64 {
+	if j := c.jobs[jobID]; j != nil && j.j.Policy.GetTimeoutMs() > 0 {
+		return j.j.Policy.GetTimeoutMs()
+	}
+	return c.cfg.DefaultTimeout
+}
+
+func (c *Core) attempts(j *job) int32 {
+	if j != nil && j.j.Policy.GetAttempts() > 0 {
+		return j.j.Policy.GetAttempts()
+	}
+	return int32(c.cfg.DefaultAttempts)
+}
+
+func (c *Core) ladder(j *job) []int64 {
+	if j != nil && len(j.j.Policy.GetLadderMs()) > 0 {
+		return j.j.Policy.GetLadderMs()
+	}
+	return c.cfg.DefaultLadderMs
+}
+
+func (c *Core) runID(jobID, dueMs int64) (string, int64) {
+	for {
+		id := strconv.FormatInt(jobID, 10) + ":" + strconv.FormatInt(dueMs, 10)
+		if c.runs[id] == nil {
+			return id, dueMs
+		}
+		dueMs++ // a trigger in the same millisecond as another run of the job
+	}
+}
+
+func (c *Core) traceparent() string {
+	c.trace++
+	hi := c.rng.Uint64()
+	lo := c.rng.Uint64() ^ c.trace
+	return fmt.Sprintf("00-%016x%016x-%016x-01", hi, lo, c.rng.Uint64()|1)
+}
+
+// fire starts the run of job j that was due at dueMs.
+func (c *Core) fire(j *job, dueMs, nowMs int64) {
+	if j.j.State != messages.JobState_ACTIVE {
+		return
+	}
+	runs := j.j.Runs + 1
+	var next int64
+	if j.sched != nil && j.j.Schedule.GetKind() != messages.ScheduleKind_FIXED_DELAY {
+		if n, ok := j.sched.Next(dueMs, runs); ok {
+			next = n
+		}
+	}
+	if j.j.Policy.GetConcurrency() == messages.Concurrency_FORBID && j.running > 0 {
+		// The previous run is still going: this fire is skipped, the schedule moves on.
+		jj := proto.Clone(j.j).(*messages.Job)
+		jj.NextDueMs = next
+		c.emit(messages.RecordType_JOB_PUT, jj)
+		return
+	}
+	c.startRun(j, dueMs, nowMs, true, runs, next, nil, false)
+}
+
+func (c *Core) startRun(j *job, dueMs, nowMs int64, fire bool, runs, next int64, params []byte, hasParams bool) {
+	id, dueMs := c.runID(j.j.Id, dueMs)
+	st := &messages.RunState{
+		RunId: id, JobId: j.j.Id, DueMs: dueMs, Attempt: 1, DispatchedMs: nowMs,
+		DeadlineMs: nowMs + c.timeout(j.j.Id) + c.cfg.GraceMs, Level: -1,
+		Params: params, HasParams: hasParams, TraceId: c.traceparent(), Version: j.j.Version,
+		Fire: fire, JobNextDueMs: next, JobRuns: runs, Handler: j.j.Handler, App: j.j.App,
+	}
+	c.emit(messages.RecordType_RUN_DISPATCHED, st)
+	c.firesTotal++
+	sec := nowMs / 1000
+	b := sec % int64(len(c.fireWin))
+	if c.fireWinSec[b] != sec {
+		c.fireWinSec[b], c.fireWin[b] = sec, 0
+	}
+	c.fireWin[b]++
+	c.dispatch(c.runs[id], nowMs)
+}
+
+// pickWorkers chooses where a run goes, by the job's routing policy.
+func (c *Core) pickWorkers(r *run) []*messages.WorkerInfo {
+	ws := c.workers
+	if len(ws) == 0 {
+		return nil
+	}
+	j := c.jobs[r.st.JobId]
+	var pol messages.Route
+	if j != nil {
+		pol = j.j.Policy.GetRoute()
+	}
+	switch pol {
+	case messages.Route_RANDOM:
+		i := c.rng.IntN(len(ws))
+		return ws[i : i+1]
+	case messages.Route_LEAST_BUSY:
+		best := ws[0]
+		for _, w := range ws[1:] {
+			if c.busy[w.WorkerId]*int(max(best.Capacity, 1)) < c.busy[best.WorkerId]*int(max(w.Capacity, 1)) {
+				best = w
+			}
+		}
+		return []*messages.WorkerInfo{best}
+	case messages.Route_CONSISTENT_HASH:
+		key := routeKeyValue(c.params(r), j.j.Policy.GetRouteKey())
+		var best *messages.WorkerInfo
+		var bestScore uint64
+		for _, w := range ws { // rendezvous hashing: stable as workers come and go
+			s := route.HashString(key + "\x00" + w.WorkerId)
+			if best == nil || s > bestScore {
+				best, bestScore = w, s
+			}
+		}
+		return []*messages.WorkerInfo{best}
+	case messages.Route_BROADCAST:
+		return ws
+	default:
+		c.rr++
+		return []*messages.WorkerInfo{ws[c.rr%len(ws)]}
+	}
+}
+
+func (c *Core) params(r *run) []byte {
+	if r.st.HasParams {
+		return r.st.Params
+	}
+	if j := c.jobs[r.st.JobId]; j != nil {
+		return j.j.Params
+	}
+	return r.st.Params
+}
+
+// routeKeyValue extracts the top-level JSON field key from params ("" if absent).
+func routeKeyValue(params []byte, key string) string {
+	var m map[string]json.RawMessage
+	if key == "" || json.Unmarshal(params, &m) != nil {
+		return string(params)
+	}
+	return string(bytes.Trim(m[key], `"`))
+}
+
+// dispatch sends run r to a worker; with none live it waits and tries again.
+func (c *Core) dispatch(r *run, nowMs int64) {
+	if r == nil {
+		return
+	}
+	ws := c.pickWorkers(r)
+	if len(ws) == 0 {
+		r.st.WorkerId = ""
+		c.armRun(r, nowMs+NoWorkerRetryMs)
+		return
+	}
+	handler, app := r.st.Handler, r.st.App
+	if j := c.jobs[r.st.JobId]; j != nil {
+		handler, app = j.j.Handler, j.j.App
+	}
+	r.st.WorkerId = ws[0].WorkerId
+	c.busy[r.st.WorkerId]++
+	r.st.DispatchedMs = nowMs
+	r.st.DeadlineMs = nowMs + c.timeout(r.st.JobId) + c.cfg.GraceMs
+	for _, w := range ws {
+		c.send(w.Ref, &messages.Dispatch{
+			RunId: r.st.RunId, JobId: r.st.JobId, App: app, Handler: handler, Params: c.params(r),
+			DueMs: r.st.DueMs, Attempt: r.st.Attempt, TimeoutMs: c.timeout(r.st.JobId),
+			Shard: c.cfg.Shard.String(), Epoch: c.epoch, ReplyTo: c.cfg.Self,
+			Traceparent: r.st.TraceId, DispatchedMs: nowMs,
+		})
+	}
+	c.armRun(r, r.st.DeadlineMs)
+}
+
+// finish records a run's outcome and moves a failure up the retry ladder.
+func (c *Core) finish(r *run, res *messages.RunResult, nowMs int64) {
+	j := c.jobs[r.st.JobId]
+	rec := &messages.RunRecord{
+		RunId: r.st.RunId, JobId: r.st.JobId, DueMs: r.st.DueMs, DispatchedMs: r.st.DispatchedMs,
+		StartMs: res.StartMs, EndMs: res.EndMs, Attempt: r.st.Attempt, WorkerId: res.WorkerId,
+		Outcome: res.Outcome, Error: res.Error, TraceId: r.st.TraceId,
+	}
+	if rec.EndMs == 0 {
+		rec.EndMs = nowMs
+	}
+	ok := res.Outcome == messages.Outcome_SUCCEEDED
+	last := ok || r.st.Attempt >= c.attempts(j)
+	if j != nil && last && j.j.Schedule.GetKind() == messages.ScheduleKind_FIXED_DELAY && r.st.Fire && j.sched != nil {
+		rec.SetsNext = true
+		if n, okN := j.sched.AfterFinish(rec.EndMs, j.j.Runs); okN {
+			rec.JobNextDueMs = n
+		}
+	}
+	st := r.st
+	c.emit(messages.RecordType_RUN_FINISHED, rec)
+	if ok {
+		return
+	}
+	if !last {
+		lad := c.ladder(j)
+		level := int(st.Attempt - 1)
+		if level >= len(lad) {
+			level = len(lad) - 1
+		}
+		next := proto.Clone(st).(*messages.RunState)
+		next.Attempt++
+		next.Level = int32(level)
+		next.DeadlineMs = nowMs + lad[level]
+		next.LastError = res.Error
+		next.WorkerId = ""
+		if c.cfg.Mutations.ForgetRetryRecord {
+			c.apply(messages.RecordType_RETRY_SCHEDULED, next)
+		} else {
+			c.emit(messages.RecordType_RETRY_SCHEDULED, next)
+		}
+		c.armRun(c.runs[next.RunId], next.DeadlineMs)
+		return
+	}
+	d := &messages.DeadLetter{
+		RunId: st.RunId, JobId: st.JobId, App: st.App, Handler: st.Handler, Params: c.params(r),
+		DueMs: st.DueMs, Attempts: st.Attempt, LastError: res.Error, DeadMs: nowMs, Shard: c.cfg.Shard.String(),
+	}
+	if j != nil {
+		d.App, d.Handler = j.j.App, j.j.Handler
+	}
+	c.emit(messages.RecordType_DEAD_LETTERED, d)
+}
+
+// misfires applies each periodic job's misfire policy to fire times missed while
+// the shard was down (its due time is already past at recovery).
+func (c *Core) misfires(nowMs int64) {
+	ids := make([]int64, 0)
+	for id, j := range c.jobs {
+		if j.handle != 0 && j.j.NextDueMs < nowMs && j.sched != nil && j.sched.Periodic() {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
+	for _, id := range ids {
+		j := c.jobs[id]
+		pol := schedule.FireOnce
+		switch j.j.Policy.GetMisfire() {
+		case messages.Misfire_SKIP:
+			pol = schedule.Skip
+		case messages.Misfire_FIRE_ALL:
+			pol = schedule.FireAll
+		}
+		fires, next, ok := j.sched.Misfires(j.j.NextDueMs, nowMs, j.j.Runs, pol, MaxMisfireFireAll)
+		if !ok {
+			next = 0
+		}
+		runs := j.j.Runs
+		for i, due := range fires {
+			runs++
+			_ = i
+			c.startRun(j, due, nowMs, true, runs, next, nil, false)
+		}
+		if len(fires) == 0 {
+			jj := proto.Clone(j.j).(*messages.Job)
+			jj.NextDueMs = next
+			c.emit(messages.RecordType_JOB_PUT, jj)
+		}
+	}
+}

@@ -1,0 +1,163 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kjob/kjob/messages"
+)
+
+// Run is what a handler receives.
+type Run struct {
+	ID          string
+	JobID       int64
+	App         string
+	Handler     string
+	Params      []byte
+	DueMs       int64
+	Attempt     int
+	Traceparent string
+	StartMs     int64
+}
+
+// HandlerFunc handles one run; a returned error fails the run (it is retried along
+// the job's ladder). ctx carries the job's timeout as its deadline.
+type HandlerFunc func(ctx context.Context, r *Run) error
+
+type traceKey struct{}
+
+// Traceparent returns the W3C traceparent of the run a handler context belongs to.
+func Traceparent(ctx context.Context) string { s, _ := ctx.Value(traceKey{}).(string); return s }
+
+type finished struct {
+	res *messages.RunResult
+	to  *messages.Ref
+}
+type resendTick struct{}
+
+// Actor is the proto.actor shell of a worker: it receives Dispatch messages.
+type Actor struct {
+	core     *Core
+	id       string
+	handlers map[string]HandlerFunc
+	log      *slog.Logger
+	onRun    func(r *Run, res *messages.RunResult)
+	ctx      actor.Context
+	stop     chan struct{}
+}
+
+// NewActor makes a worker shell. onRun (may be nil) is called after each executed run.
+func NewActor(id string, capacity int, handlers map[string]HandlerFunc, log *slog.Logger, onRun func(*Run, *messages.RunResult)) *Actor {
+	return &Actor{core: New(capacity), id: id, handlers: handlers, log: log, onRun: onRun}
+}
+
+// Core exposes the state for heartbeats (read it only from the actor or via Busy).
+func (a *Actor) Core() *Core { return a.core }
+
+// Receive implements actor.Actor.
+func (a *Actor) Receive(ctx actor.Context) {
+	a.ctx = ctx
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.stop = make(chan struct{})
+		self, sys, stop := ctx.Self(), ctx.ActorSystem(), a.stop
+		go func() {
+			t := time.NewTicker(ResultResendMs * time.Millisecond / 2)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					sys.Root.Send(self, &resendTick{})
+				case <-stop:
+					return
+				}
+			}
+		}()
+	case *actor.Stopping:
+		close(a.stop)
+	case *messages.Dispatch:
+		act, res := a.core.Dispatch(m)
+		switch act {
+		case Start:
+			a.start(m)
+		case Resend:
+			a.send(m.ReplyTo, res)
+		case Refuse:
+			a.send(m.ReplyTo, &messages.RunResult{RunId: m.RunId, JobId: m.JobId, Shard: m.Shard, Epoch: m.Epoch,
+				Attempt: m.Attempt, DueMs: m.DueMs, Outcome: messages.Outcome_FAILED, WorkerId: a.id,
+				Error: fmt.Sprintf("worker %s queue is full (%d queued)", a.id, a.core.capacity*QueuePerSlot)})
+		}
+	case *finished:
+		if next := a.core.Finished(time.Now().UnixMilli(), m.res); next != nil {
+			a.start(next)
+		}
+		a.send(m.to, m.res)
+	case *messages.ResultAck:
+		a.core.Acked(m.RunId)
+	case *resendTick:
+		rs, to := a.core.Unacked(time.Now().UnixMilli())
+		for i := range rs {
+			a.send(to[i], rs[i])
+		}
+	}
+}
+
+func (a *Actor) send(to *messages.Ref, m *messages.RunResult) {
+	if to == nil {
+		return
+	}
+	a.ctx.Send(actor.NewPID(to.Address, to.Id), m)
+}
+
+func (a *Actor) start(d *messages.Dispatch) {
+	self, sys := a.ctx.Self(), a.ctx.ActorSystem()
+	h := a.handlers[d.Handler]
+	go func() {
+		r := &Run{ID: d.RunId, JobID: d.JobId, App: d.App, Handler: d.Handler, Params: d.Params, DueMs: d.DueMs,
+			Attempt: int(d.Attempt), Traceparent: d.Traceparent, StartMs: time.Now().UnixMilli()}
+		res := &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Shard: d.Shard, Epoch: d.Epoch, Attempt: d.Attempt,
+			DueMs: d.DueMs, StartMs: r.StartMs, WorkerId: a.id, Worker: &messages.Ref{Address: self.Address, Id: self.Id}}
+		err := a.execute(h, d, r)
+		res.EndMs = time.Now().UnixMilli()
+		switch {
+		case err == nil:
+			res.Outcome = messages.Outcome_SUCCEEDED
+		case errors.Is(err, context.DeadlineExceeded):
+			res.Outcome, res.Error = messages.Outcome_TIMED_OUT, err.Error()
+		default:
+			res.Outcome, res.Error = messages.Outcome_FAILED, err.Error()
+		}
+		a.log.Debug("run finished", "run", d.RunId, "attempt", d.Attempt, "outcome", res.Outcome.String(), "traceparent", d.Traceparent)
+		if a.onRun != nil {
+			a.onRun(r, res)
+		}
+		sys.Root.Send(self, &finished{res: res, to: d.ReplyTo})
+	}()
+}
+
+func (a *Actor) execute(h HandlerFunc, d *messages.Dispatch, r *Run) (err error) {
+	if h == nil {
+		return fmt.Errorf("no handler %q registered on worker %s", d.Handler, a.id)
+	}
+	ctx := context.WithValue(context.Background(), traceKey{}, d.Traceparent)
+	if d.TimeoutMs > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(d.TimeoutMs)*time.Millisecond)
+		defer cancel()
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler %q panicked: %v", d.Handler, p)
+		}
+	}()
+	err = h(ctx, r)
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	return err
+}

@@ -1,0 +1,259 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kjob/kjob/actors/kerr"
+	"github.com/kjob/kjob/cluster"
+	"github.com/kjob/kjob/messages"
+)
+
+func quietLog() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+type recorder struct {
+	mu    sync.Mutex
+	runs  map[string]int // run id + attempt → executions
+	early []string
+	byJob map[int64][]*cluster.Run
+	n     atomic.Int64
+}
+
+func newRecorder() *recorder {
+	return &recorder{runs: map[string]int{}, byJob: map[int64][]*cluster.Run{}}
+}
+
+func (r *recorder) onRun(run *cluster.Run, _ *messages.RunResult) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runs[fmt.Sprintf("%s#%d", run.ID, run.Attempt)]++
+	if run.StartMs < run.DueMs {
+		r.early = append(r.early, fmt.Sprintf("%s started %d ms early", run.ID, run.DueMs-run.StartMs))
+	}
+	r.byJob[run.JobID] = append(r.byJob[run.JobID], run)
+	r.n.Add(1)
+}
+
+type env struct {
+	node   *cluster.Node
+	worker *cluster.Worker
+	client *cluster.Client
+	rec    *recorder
+	dir    string
+}
+
+func start(t *testing.T, dir string) *env {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	n, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: dir, Log: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	w, err := cluster.NewWorker(cluster.WorkerConfig{Servers: []string{n.Address()}, App: "orders", Capacity: 128,
+		Log: quietLog(), OnRun: rec.onRun})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.HandleFunc("echo", func(ctx context.Context, r *cluster.Run) error { return nil })
+	w.HandleFunc("fail", func(ctx context.Context, r *cluster.Run) error { return errors.New("boom") })
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := cluster.NewClient(ctx, cluster.ClientConfig{Servers: []string{n.Address()}, Log: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{node: n, worker: w, client: c, rec: rec, dir: dir}
+	t.Cleanup(e.stop)
+	return e
+}
+
+func (e *env) stop() {
+	e.client.Close()
+	e.worker.Stop()
+	_ = e.node.Close()
+}
+
+func once(delayMs int64) *messages.Job {
+	return &messages.Job{App: "orders", Handler: "echo", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: delayMs}}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestTenThousandOneShots: every handler runs exactly once, none before its due time.
+func TestTenThousandOneShots(t *testing.T) {
+	e := start(t, "")
+	const n = 10_000
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ids := make(chan int64, n)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	next := atomic.Int64{}
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= n {
+					return
+				}
+				j, err := e.client.Create(ctx, once(i*3000/n))
+				if err != nil {
+					failed.Add(1)
+					t.Errorf("create %d: %v", i, err)
+					return
+				}
+				ids <- j.Id
+			}
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	if failed.Load() > 0 {
+		t.FailNow()
+	}
+	waitFor(t, 30*time.Second, "10,000 runs", func() bool { return e.rec.n.Load() >= n })
+	time.Sleep(500 * time.Millisecond) // a duplicate would show up now
+	e.rec.mu.Lock()
+	defer e.rec.mu.Unlock()
+	if len(e.rec.early) > 0 {
+		t.Fatalf("%d runs started early, e.g. %s", len(e.rec.early), e.rec.early[0])
+	}
+	for id := range ids {
+		if got := len(e.rec.byJob[id]); got != 1 {
+			t.Fatalf("job %d ran %d times, want exactly 1", id, got)
+		}
+	}
+	for k, c := range e.rec.runs {
+		if c != 1 {
+			t.Fatalf("run %s executed %d times", k, c)
+		}
+	}
+}
+
+// TestCronSecondsAndDelete: a cron job with seconds fires every second; a deleted job
+// never fires.
+func TestCronSecondsAndDelete(t *testing.T) {
+	e := start(t, "")
+	ctx := context.Background()
+	cj, err := e.client.Create(ctx, &messages.Job{App: "orders", Handler: "echo",
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_CRON, Cron: "* * * * * *", Tz: "Asia/Shanghai"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	del, err := e.client.Create(ctx, once(1200))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.client.Delete(ctx, "orders", del.Id); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 8*time.Second, "4 cron fires", func() bool {
+		e.rec.mu.Lock()
+		defer e.rec.mu.Unlock()
+		return len(e.rec.byJob[cj.Id]) >= 4
+	})
+	time.Sleep(300 * time.Millisecond)
+	e.rec.mu.Lock()
+	defer e.rec.mu.Unlock()
+	runs := e.rec.byJob[cj.Id]
+	for i, r := range runs {
+		if r.DueMs%1000 != 0 {
+			t.Fatalf("cron run due at %d, not on a second", r.DueMs)
+		}
+		if i > 0 && r.DueMs-runs[i-1].DueMs != 1000 {
+			t.Fatalf("cron runs %d and %d are %d ms apart, want 1000", i-1, i, r.DueMs-runs[i-1].DueMs)
+		}
+	}
+	if n := len(e.rec.byJob[del.Id]); n != 0 {
+		t.Fatalf("deleted job fired %d times", n)
+	}
+	if _, err := e.client.Get(ctx, "orders", del.Id); !errors.Is(err, kerr.ErrNotFound) {
+		t.Fatalf("get of a deleted job: %v, want not found", err)
+	}
+}
+
+// TestBadInput: each malformed request gets a typed error naming the field.
+func TestBadInput(t *testing.T) {
+	e := start(t, "")
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		job   *messages.Job
+		is    error
+		field string
+	}{
+		{"invalid cron", &messages.Job{App: "orders", Handler: "echo", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_CRON, Cron: "61 * * * *"}}, kerr.ErrInvalidArgument, "schedule.cron"},
+		{"unknown zone", &messages.Job{App: "orders", Handler: "echo", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_CRON, Cron: "@hourly", Tz: "Mars/Olympus"}}, kerr.ErrInvalidArgument, "schedule.tz"},
+		{"negative delay", &messages.Job{App: "orders", Handler: "echo", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: -5}}, kerr.ErrInvalidArgument, "schedule.delay"},
+		{"zero interval", &messages.Job{App: "orders", Handler: "echo", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_FIXED_RATE}}, kerr.ErrInvalidArgument, "schedule.every"},
+		{"oversized params", &messages.Job{App: "orders", Handler: "echo", Params: make([]byte, 70_000), Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 5}}, kerr.ErrInvalidArgument, "params"},
+		{"no handler", &messages.Job{App: "orders", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 5}}, kerr.ErrInvalidArgument, "handler"},
+		{"bad app", &messages.Job{App: "no spaces", Handler: "echo", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE}}, kerr.ErrInvalidArgument, "app"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.client.Create(ctx, tc.job)
+			var ke *kerr.Error
+			if !errors.Is(err, tc.is) || !errors.As(err, &ke) || ke.Field != tc.field {
+				t.Fatalf("got %v, want %v naming field %q", err, tc.is, tc.field)
+			}
+		})
+	}
+	_, err := e.client.Get(ctx, "orders", 12345)
+	var ke *kerr.Error
+	if !errors.Is(err, kerr.ErrNotFound) || !errors.As(err, &ke) || ke.Field != "id" {
+		t.Fatalf("unknown id: %v", err)
+	}
+}
+
+// TestRestartKeepsJobs: jobs acknowledged before a restart fire after it.
+func TestRestartKeepsJobs(t *testing.T) {
+	dir := t.TempDir()
+	e := start(t, dir)
+	ctx := context.Background()
+	var ids []int64
+	for i := 0; i < 50; i++ {
+		j, err := e.client.Create(ctx, once(1500+int64(i)*10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.Id)
+	}
+	e.stop()
+	e2 := start(t, dir)
+	waitFor(t, 15*time.Second, "50 runs after restart", func() bool { return e2.rec.n.Load() >= 50 })
+	for _, id := range ids {
+		e2.rec.mu.Lock()
+		n := len(e2.rec.byJob[id])
+		e2.rec.mu.Unlock()
+		if n != 1 {
+			t.Fatalf("job %d ran %d times after restart", id, n)
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+
+	"github.com/kjob/kjob/actors/kerr"
+	"github.com/kjob/kjob/actors/nameserver"
+	"github.com/kjob/kjob/actors/route"
+	"github.com/kjob/kjob/actors/server"
+	"github.com/kjob/kjob/actors/worker"
+	"github.com/kjob/kjob/messages"
+)
+
+// Run is what a handler receives (see worker.Run).
+type Run = worker.Run
+
+// HandlerFunc handles one run.
+type HandlerFunc = worker.HandlerFunc
+
+// Traceparent returns the W3C traceparent of the run a handler's context belongs to.
+func Traceparent(ctx context.Context) string { return worker.Traceparent(ctx) }
+
+// WorkerConfig configures a worker.
+type WorkerConfig struct {
+	Servers  []string
+	App      string
+	ID       string // default: a fresh unique id
+	Capacity int    // handler pool size; default 64
+	Listen   string // default 127.0.0.1:0
+	Log      *slog.Logger
+	// OnRun, if set, is called after each executed run with its result.
+	OnRun func(r *Run, res *messages.RunResult)
+}
+
+// Worker runs handlers for one app. Register handlers with HandleFunc, then Start.
+type Worker struct {
+	cfg      WorkerConfig
+	handlers map[string]HandlerFunc
+	system   *actor.ActorSystem
+	rem      *remote.Remote
+	pid      *actor.PID
+	shell    *worker.Actor
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	next     int
+	started  bool
+}
+
+// NewWorker makes a worker for cfg.App.
+func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	if len(cfg.Servers) == 0 {
+		return nil, &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "servers", Message: "at least one server address is required"}
+	}
+	if why := route.ValidApp(cfg.App); why != "" {
+		return nil, &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "app", Message: why}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return &Worker{cfg: cfg, handlers: map[string]HandlerFunc{}, stop: make(chan struct{})}, nil
+}
+
+// HandleFunc registers the handler for name, like http.HandleFunc. Register all
+// handlers before Start.
+func (w *Worker) HandleFunc(name string, h HandlerFunc) {
+	if w.started {
+		panic("kjob: HandleFunc after Start")
+	}
+	w.handlers[name] = h
+}
+
+// ID is the worker's id.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Start connects the worker and begins heartbeating; dispatches arrive from then on.
+func (w *Worker) Start() error {
+	sys, rem, err := newSystem(w.cfg.Log, w.cfg.Listen)
+	if err != nil {
+		return err
+	}
+	w.system, w.rem = sys, rem
+	if w.cfg.ID == "" {
+		w.cfg.ID = fmt.Sprintf("%s-%s", w.cfg.App, sys.ID)
+	}
+	w.shell = worker.NewActor(w.cfg.ID, w.cfg.Capacity, w.handlers, w.cfg.Log, w.cfg.OnRun)
+	w.pid, err = sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return w.shell }), "kjob-worker")
+	if err != nil {
+		return err
+	}
+	w.started = true
+	w.heartbeat()
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		t := time.NewTicker(nameserver.HeartbeatMs * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-t.C:
+				w.heartbeat()
+			}
+		}
+	}()
+	return nil
+}
+
+// heartbeat registers with the NameServer through one of the servers, moving on to
+// the next address when one does not answer.
+func (w *Worker) heartbeat() {
+	hb := &messages.WorkerHeartbeat{SentMs: time.Now().UnixMilli(), Worker: &messages.WorkerInfo{
+		WorkerId: w.cfg.ID, App: w.cfg.App, Ref: &messages.Ref{Address: w.pid.Address, Id: w.pid.Id},
+		Capacity: int32(w.shell.Core().Capacity())}}
+	for range w.cfg.Servers {
+		addr := w.cfg.Servers[w.next%len(w.cfg.Servers)]
+		// The server forwards to the NameServer; a Ping after it proves the server is up.
+		pid := actor.NewPID(addr, server.Name)
+		w.system.Root.Send(pid, hb)
+		if _, err := w.system.Root.RequestFuture(pid, &messages.Ping{}, 500*time.Millisecond).Result(); err == nil {
+			return
+		}
+		w.next++
+	}
+}
+
+// Stop says goodbye to the NameServer and stops the worker; running handlers are
+// not waited for (their runs are re-dispatched by the shard after the timeout).
+func (w *Worker) Stop() {
+	if !w.started {
+		return
+	}
+	select {
+	case <-w.stop:
+		return
+	default:
+		close(w.stop)
+	}
+	w.wg.Wait()
+	addr := w.cfg.Servers[w.next%len(w.cfg.Servers)]
+	w.system.Root.Send(actor.NewPID(addr, server.Name), &messages.WorkerLeft{WorkerId: w.cfg.ID, App: w.cfg.App})
+	time.Sleep(50 * time.Millisecond)
+	w.rem.Shutdown(false)
+	w.system.Shutdown()
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kjob/kjob/actors/kerr"
+	"github.com/kjob/kjob/cluster"
+	"github.com/kjob/kjob/messages"
+	"github.com/kjob/kjob/persistence"
+)
+
+type globals struct {
+	servers   string
+	logLevel  string
+	logFormat string
+}
+
+var g globals
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "kjob",
+		Short:         "kjob: a distributed scheduler for delayed, one-shot and periodic jobs",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.servers, "servers", envOr("KJOB_SERVERS", "127.0.0.1:7070"), "comma-separated server addresses (env KJOB_SERVERS)")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
+	root.AddCommand(serverCmd(), workerCmd(), jobCmd(), dlqCmd(), clusterCmd(), demoCmd())
+	return root
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func logger() *slog.Logger {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(g.logLevel)); err != nil {
+		lv = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	if g.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func serverCmd() *cobra.Command {
+	var listen, peers, data, syncPol string
+	c := &cobra.Command{
+		Use:   "server",
+		Short: "run a kjob server (a cluster node); alone it is a single embedded node",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pol := persistence.SyncAlways
+			switch syncPol {
+			case "sync":
+			case "interval":
+				pol = persistence.SyncInterval
+			case "none":
+				pol = persistence.SyncNone
+			default:
+				return &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "sync", Message: fmt.Sprintf("%q: use sync, interval or none", syncPol)}
+			}
+			n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, Peers: splitList(peers), DataDir: data, Sync: pol, Log: logger()})
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			<-ctx.Done()
+			return n.Close()
+		},
+	}
+	c.Flags().StringVar(&listen, "listen", "127.0.0.1:7070", "address of this node's proto.actor remote")
+	c.Flags().StringVar(&peers, "peers", "", "comma-separated remote addresses of all servers (self included); empty = single node")
+	c.Flags().StringVar(&data, "data", "kjob-data", "data directory (journal and snapshots)")
+	c.Flags().StringVar(&syncPol, "sync", "sync", "journal flush policy: sync (ack after msync), interval, none (tests only)")
+	return c
+}
+
+func newClient(ctx context.Context) (*cluster.Client, error) {
+	return cluster.NewClient(ctx, cluster.ClientConfig{Servers: splitList(g.servers), Log: logger()})
+}
+
+func printJSON(v any) {
+	if m, ok := v.(proto.Message); ok {
+		b, _ := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: false}.Marshal(m)
+		fmt.Println(string(b))
+		return
+	}
+	b, _ := json.Marshal(v)
+	fmt.Println(string(b))
+}
+
+func ms(t int64) string {
+	if t == 0 {
+		return "-"
+	}
+	return time.UnixMilli(t).UTC().Format("2006-01-02T15:04:05.000Z")
+}

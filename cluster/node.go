@@ -27,9 +27,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/actors/nameserver"
+	nscore "github.com/kjob/kjob/actors/nameserver/core"
 	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/actors/server"
 	"github.com/kjob/kjob/actors/shard"
+	shardcore "github.com/kjob/kjob/actors/shard/core"
 	"github.com/kjob/kjob/messages"
 	"github.com/kjob/kjob/persistence"
 )
@@ -48,7 +50,7 @@ type NodeConfig struct {
 	Log              *slog.Logger
 	// ActorLogLevel is the level at which proto.actor's own logs are let through (default WARN).
 	ActorLogLevel slog.Level
-	Shard         shard.Config // defaults for new shards (Shard and Self are filled in)
+	Shard         shardcore.Config // defaults for new shards (Shard and Self are filled in)
 }
 
 // Node is a running kjob server.
@@ -87,7 +89,9 @@ func (l levelHandler) Handle(ctx context.Context, r slog.Record) error {
 func (l levelHandler) WithAttrs(a []slog.Attr) slog.Handler {
 	return levelHandler{l.level, l.h.WithAttrs(a)}
 }
-func (l levelHandler) WithGroup(n string) slog.Handler { return levelHandler{l.level, l.h.WithGroup(n)} }
+func (l levelHandler) WithGroup(n string) slog.Handler {
+	return levelHandler{l.level, l.h.WithGroup(n)}
+}
 
 func splitHostPort(addr string) (string, int, error) {
 	h, p, err := net.SplitHostPort(addr)
@@ -177,18 +181,18 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	return n, nil
 }
 
-func (n *Node) newCore(s route.Shard, epoch int64) *shard.Core {
+func (n *Node) newCore(s route.Shard, epoch int64) *shardcore.Core {
 	cfg := n.cfg.Shard
 	cfg.Shard = s
-	return shard.New(cfg, time.Now().UnixMilli(), epoch)
+	return shardcore.New(cfg, time.Now().UnixMilli(), epoch)
 }
 
 // recover rebuilds every shard of the journal: snapshot first, then its records.
 func (n *Node) recover() ([]server.Recovered, error) {
-	cores := map[uint64]*shard.Core{}
+	cores := map[uint64]*shardcore.Core{}
 	var order []uint64
 	err := n.journal.Replay(func(stream, lsn uint64, data []byte) error {
-		name, epoch, err := shard.ShardNameOfSnapshot(data)
+		name, epoch, err := shardcore.ShardNameOfSnapshot(data)
 		if err != nil {
 			return fmt.Errorf("snapshot of stream %d: %w", stream, err)
 		}
@@ -237,7 +241,7 @@ func (n *Node) recover() ([]server.Recovered, error) {
 // loop resolves the NameServer, sends heartbeats and compacts the journal.
 func (n *Node) loop() {
 	defer n.wg.Done()
-	hb := time.NewTicker(nameserver.HeartbeatMs * time.Millisecond)
+	hb := time.NewTicker(nscore.HeartbeatMs * time.Millisecond)
 	defer hb.Stop()
 	compact := time.NewTicker(30 * time.Second)
 	defer compact.Stop()

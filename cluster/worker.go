@@ -12,7 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/kjob/kjob/actors/kerr"
-	"github.com/kjob/kjob/actors/nameserver"
+	nscore "github.com/kjob/kjob/actors/nameserver/core"
 	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/actors/server"
 	"github.com/kjob/kjob/actors/worker"
@@ -100,7 +100,7 @@ func (w *Worker) Start() error {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		t := time.NewTicker(nameserver.HeartbeatMs * time.Millisecond)
+		t := time.NewTicker(nscore.HeartbeatMs * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {

@@ -6,6 +6,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kjob/kjob/actors/nameserver/core"
 	"github.com/kjob/kjob/messages"
 )
 
@@ -19,15 +20,15 @@ type tick struct{}
 
 // Actor is the proto.actor shell around Core.
 type Actor struct {
-	core   *Core
+	core   *core.Core
 	ctx    actor.Context
 	ticker *time.Ticker
 	done   chan struct{}
 }
 
 // Props returns the NameServer actor's props.
-func Props(s Strategy) *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return &Actor{core: New(time.Now().UnixMilli(), s)} })
+func Props(s core.Strategy) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return &Actor{core: core.New(time.Now().UnixMilli(), s)} })
 }
 
 // Receive implements actor.Actor.
@@ -37,7 +38,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 	now := time.Now().UnixMilli()
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		a.ticker = time.NewTicker(HeartbeatMs * time.Millisecond / 2)
+		a.ticker = time.NewTicker(core.HeartbeatMs * time.Millisecond / 2)
 		a.done = make(chan struct{})
 		self, sys, t, done := ctx.Self(), ctx.ActorSystem(), a.ticker, a.done
 		go func() {

@@ -17,6 +17,7 @@ import (
 	"github.com/kjob/kjob/actors/kerr"
 	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/actors/shard"
+	shardcore "github.com/kjob/kjob/actors/shard/core"
 	"github.com/kjob/kjob/messages"
 )
 
@@ -33,19 +34,19 @@ type Deps struct {
 	Journal    shard.Journal
 	Log        *slog.Logger
 	NameServer func() *actor.PID // current NameServer PID (nil when unknown)
-	NewCore    func(s route.Shard, epoch int64) *shard.Core
+	NewCore    func(s route.Shard, epoch int64) *shardcore.Core
 }
 
 // Recovered is a shard found in the journal at start.
 type Recovered struct {
-	Core       *shard.Core
+	Core       *shardcore.Core
 	DurableLSN uint64
 }
 
 type child struct {
 	pid   *actor.PID
 	shell *shard.Actor
-	core  *shard.Core
+	core  *shardcore.Core
 }
 
 // HeartbeatTick makes the server send its heartbeat.
@@ -129,7 +130,7 @@ func (a *Actor) unavailable(ctx actor.Context, m proto.Message) {
 	}
 }
 
-func (a *Actor) spawn(ctx actor.Context, core *shard.Core, open bool, lsn uint64) *child {
+func (a *Actor) spawn(ctx actor.Context, core *shardcore.Core, open bool, lsn uint64) *child {
 	shell := shard.NewActor(core, a.deps.Journal, a.deps.Log)
 	name := core.Shard().String()
 	pid, err := ctx.SpawnNamed(shell.Props(open, lsn), ShardName(name))

@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kjob/kjob/actors/shard/core"
 	"github.com/kjob/kjob/messages"
 	"github.com/kjob/kjob/persistence"
 )
@@ -38,7 +39,7 @@ const SnapshotEveryRecords = 200_000
 
 // Actor is the proto.actor shell around Core.
 type Actor struct {
-	core     *Core
+	core     *core.Core
 	journal  Journal
 	log      *slog.Logger
 	ctx      actor.Context
@@ -55,8 +56,8 @@ func (a *Actor) Load() *messages.ShardLoad { return a.loadv.Load() }
 
 // NewActor wraps a recovered (or new) core. Recovered must be called by the actor on
 // Started, so pending runs go out from the actor's own goroutine.
-func NewActor(core *Core, j Journal, log *slog.Logger) *Actor {
-	return &Actor{core: core, journal: j, log: log, lastSnap: core.AppliedLSN()}
+func NewActor(c *core.Core, j Journal, log *slog.Logger) *Actor {
+	return &Actor{core: c, journal: j, log: log, lastSnap: c.AppliedLSN()}
 }
 
 // Props returns the props of the shell; recovered says whether to run Recovered.
@@ -75,7 +76,7 @@ func (s *startup) Receive(ctx actor.Context) {
 	if _, ok := ctx.Message().(*actor.Started); ok {
 		a.system = ctx.ActorSystem()
 		self := ctx.Self()
-		a.core.cfg.Self = &messages.Ref{Address: self.Address, Id: self.Id}
+		a.core.SetSelf(&messages.Ref{Address: self.Address, Id: self.Id})
 		a.ctx = ctx
 		if s.open {
 			a.core.Open(a)
@@ -141,7 +142,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 }
 
 func (a *Actor) load(now int64) *messages.ShardLoad {
-	self := a.core.cfg.Self
+	self := a.core.Self()
 	return &messages.ShardLoad{Shard: a.core.Shard().String(), Epoch: a.core.Epoch(), Pending: int64(a.core.Pending()),
 		FiresWindow: a.core.FiresWindow(now), FiresTotal: a.core.FiresTotal(), Pid: self, Frozen: a.core.Frozen()}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kjob/kjob/actors/worker/core"
 	"github.com/kjob/kjob/messages"
 )
 
@@ -42,7 +43,7 @@ type resendTick struct{}
 
 // Actor is the proto.actor shell of a worker: it receives Dispatch messages.
 type Actor struct {
-	core     *Core
+	core     *core.Core
 	id       string
 	handlers map[string]HandlerFunc
 	log      *slog.Logger
@@ -53,11 +54,11 @@ type Actor struct {
 
 // NewActor makes a worker shell. onRun (may be nil) is called after each executed run.
 func NewActor(id string, capacity int, handlers map[string]HandlerFunc, log *slog.Logger, onRun func(*Run, *messages.RunResult)) *Actor {
-	return &Actor{core: New(capacity), id: id, handlers: handlers, log: log, onRun: onRun}
+	return &Actor{core: core.New(capacity), id: id, handlers: handlers, log: log, onRun: onRun}
 }
 
 // Core exposes the state for heartbeats (read it only from the actor or via Busy).
-func (a *Actor) Core() *Core { return a.core }
+func (a *Actor) Core() *core.Core { return a.core }
 
 // Receive implements actor.Actor.
 func (a *Actor) Receive(ctx actor.Context) {
@@ -67,7 +68,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 		a.stop = make(chan struct{})
 		self, sys, stop := ctx.Self(), ctx.ActorSystem(), a.stop
 		go func() {
-			t := time.NewTicker(ResultResendMs * time.Millisecond / 2)
+			t := time.NewTicker(core.ResultResendMs * time.Millisecond / 2)
 			defer t.Stop()
 			for {
 				select {
@@ -83,14 +84,14 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *messages.Dispatch:
 		act, res := a.core.Dispatch(m)
 		switch act {
-		case Start:
+		case core.Start:
 			a.start(m)
-		case Resend:
+		case core.Resend:
 			a.send(m.ReplyTo, res)
-		case Refuse:
+		case core.Refuse:
 			a.send(m.ReplyTo, &messages.RunResult{RunId: m.RunId, JobId: m.JobId, Shard: m.Shard, Epoch: m.Epoch,
 				Attempt: m.Attempt, DueMs: m.DueMs, Outcome: messages.Outcome_FAILED, WorkerId: a.id,
-				Error: fmt.Sprintf("worker %s queue is full (%d queued)", a.id, a.core.capacity*QueuePerSlot)})
+				Error: fmt.Sprintf("worker %s queue is full (%d queued)", a.id, a.core.Capacity()*core.QueuePerSlot)})
 		}
 	case *finished:
 		if next := a.core.Finished(time.Now().UnixMilli(), m.res); next != nil {

@@ -1,10 +1,10 @@
-// Package worker is the worker runtime embedded in a user's process: it receives
+// Package core is the pure bookkeeping of the worker runtime embedded in a user's process: it receives
 // dispatches, runs handlers on a bounded pool, drops duplicate dispatches by run id
 // (+ attempt), reports results until the shard acknowledges them, and heartbeats.
 //
 // Core is the pure bookkeeping (dedupe, pool, result retention); shell.go runs the
 // handlers and talks to proto.actor.
-package worker
+package core
 
 import (
 	"google.golang.org/protobuf/proto"
@@ -14,11 +14,11 @@ import (
 
 // Limits.
 const (
-	DefaultCapacity   = 64
-	QueuePerSlot      = 16    // queued dispatches per pool slot before refusing
-	RememberRuns      = 65536 // finished runs remembered for duplicate detection
-	ResultResendMs    = 2000
-	MaxResultResends  = 30
+	DefaultCapacity  = 64
+	QueuePerSlot     = 16    // queued dispatches per pool slot before refusing
+	RememberRuns     = 65536 // finished runs remembered for duplicate detection
+	ResultResendMs   = 2000
+	MaxResultResends = 30
 )
 
 // Action says what the shell should do with a dispatch.

@@ -1,4 +1,4 @@
-// Package shard is the shard actor: the owner of one hash range of an app's jobs.
+// Package core is the shard actor's pure state machine: the owner of one hash range of an app's jobs.
 //
 // Core is its pure state machine (no goroutines, no clock, no I/O): the shell in
 // shell.go feeds it commands, worker results, timer ticks and journal durability, and
@@ -9,7 +9,7 @@
 // crash rebuilds exactly the state that was acknowledged. Every message the core sends
 // (replies and dispatches alike) waits in an outbox until every record appended
 // before it is durable: nothing is acknowledged or dispatched ahead of the journal.
-package shard
+package core
 
 import (
 	"bytes"
@@ -172,6 +172,12 @@ func New(cfg Config, nowMs int64, epoch int64) *Core {
 		now:    nowMs,
 	}
 }
+
+// SetSelf tells the core its own actor reference (reply_to of its dispatches).
+func (c *Core) SetSelf(r *messages.Ref) { c.cfg.Self = r }
+
+// Self is the core's own actor reference.
+func (c *Core) Self() *messages.Ref { return c.cfg.Self }
 
 // Shard returns the shard's identity.
 func (c *Core) Shard() route.Shard { return c.cfg.Shard }

@@ -1,4 +1,4 @@
-package nameserver
+package core
 
 import "github.com/kjob/kjob/messages"
 

@@ -1,11 +1,11 @@
-// Package nameserver is kjob's registry and balancer: servers and workers register
+// Package core is the pure state machine of kjob's registry and balancer: servers and workers register
 // and heartbeat, it keeps the route table shard → owner (epoch, version), pushes it to
 // servers on change and answers pulls. Its state is soft: after it moves or restarts
 // it rebuilds everything from heartbeats, and it assigns nothing until its picture is
 // complete (WarmupMs after it started).
 //
 // Core is pure (times are passed in); shell.go is the proto.actor actor.
-package nameserver
+package core
 
 import (
 	"sort"
@@ -49,18 +49,18 @@ type lease struct {
 
 // Core is the NameServer's state machine.
 type Core struct {
-	started  int64
-	strategy Strategy
-	servers  map[string]*server
-	workers  map[string]*worker
-	routes   map[string]*messages.RouteEntry
-	version  int64
-	leases   map[int64]*lease
-	nextNode int64
-	subs     map[string]int64 // client subscribers: ref key → expiry
-	subRefs  map[string]*messages.Ref
-	pending  map[string]int64 // shard → when its assignment was sent
-	dirty    bool
+	started      int64
+	strategy     Strategy
+	servers      map[string]*server
+	workers      map[string]*worker
+	routes       map[string]*messages.RouteEntry
+	version      int64
+	leases       map[int64]*lease
+	nextNode     int64
+	subs         map[string]int64 // client subscribers: ref key → expiry
+	subRefs      map[string]*messages.Ref
+	pending      map[string]int64 // shard → when its assignment was sent
+	dirty        bool
 	workersDirty bool
 }
 

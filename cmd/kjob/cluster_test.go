@@ -1,0 +1,371 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kjob/kjob/cluster"
+	"github.com/kjob/kjob/messages"
+)
+
+// buildKjob builds the binary once per test run.
+func buildKjob(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "kjob")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("build kjob: %v", err)
+	}
+	return bin
+}
+
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var ls []net.Listener
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	addr string
+	data string
+	log  string
+}
+
+func startServer(t *testing.T, bin, addr string, peers []string, data string) *proc {
+	t.Helper()
+	logf := filepath.Join(t.TempDir(), "server.log")
+	f, err := os.Create(logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "server", "--listen", addr, "--peers", strings.Join(peers, ","), "--data", data, "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, addr: addr, data: data, log: logf}
+	t.Cleanup(func() { p.kill() })
+	return p
+}
+
+func (p *proc) kill() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		_, _ = p.cmd.Process.Wait()
+	}
+}
+
+// workerProc runs `kjob worker` and collects its JSON lines.
+type workerProc struct {
+	mu    sync.Mutex
+	runs  map[int64][]runLine
+	early []string
+	total int
+}
+
+func startWorker(t *testing.T, bin, app string, servers []string) *workerProc {
+	t.Helper()
+	cmd := exec.Command(bin, "worker", "--app", app, "--servers", strings.Join(servers, ","), "--log-level", "warn")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGKILL); _, _ = cmd.Process.Wait() })
+	w := &workerProc{runs: map[int64][]runLine{}}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var l runLine
+			if json.Unmarshal(sc.Bytes(), &l) != nil {
+				continue
+			}
+			w.mu.Lock()
+			w.runs[l.JobID] = append(w.runs[l.JobID], l)
+			w.total++
+			if l.StartMs < l.DueMs {
+				w.early = append(w.early, l.RunID)
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+func (w *workerProc) count(id int64) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.runs[id])
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func newTestClient(t *testing.T, servers []string) *cluster.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := cluster.NewClient(ctx, cluster.ClientConfig{Servers: servers, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// ownerOf returns the address of the server owning app's root shard.
+func ownerOf(t *testing.T, c *cluster.Client, app string) string {
+	st, err := c.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st.Servers {
+		for _, sh := range s.Shards {
+			if strings.HasPrefix(sh.Shard, app+"/") {
+				return s.Address
+			}
+		}
+	}
+	return ""
+}
+
+// TestThreeProcessCluster: three `kjob server` processes and workers; jobs of several
+// apps fire once; a SIGKILLed shard owner restarted on its data directory still fires
+// every acknowledged job; killing the NameServer's node, routing recovers.
+func TestThreeProcessCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs processes")
+	}
+	bin := buildKjob(t)
+	addrs := freePorts(t, 3)
+	procs := map[string]*proc{}
+	for _, a := range addrs {
+		procs[a] = startServer(t, bin, a, addrs, filepath.Join(t.TempDir(), "data"))
+	}
+	apps := []string{"billing", "mail", "reports", "search"}
+	workers := map[string]*workerProc{}
+	for _, app := range apps {
+		workers[app] = startWorker(t, bin, app, addrs)
+	}
+	c := newTestClient(t, addrs)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	create := func(app string, delayMs int64) int64 {
+		j, err := c.Create(ctx, &messages.Job{App: app, Handler: "echo", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: delayMs}})
+		if err != nil {
+			t.Fatalf("create in %s: %v", app, err)
+		}
+		return j.Id
+	}
+	// Phase 1: jobs of several apps all fire once.
+	ids := map[string][]int64{}
+	for _, app := range apps {
+		for i := 0; i < 25; i++ {
+			ids[app] = append(ids[app], create(app, int64(200+i*20)))
+		}
+	}
+	for _, app := range apps {
+		for _, id := range ids[app] {
+			waitUntil(t, 30*time.Second, fmt.Sprintf("job %d of %s", id, app), func() bool { return workers[app].count(id) >= 1 })
+		}
+	}
+
+	// Phase 2: SIGKILL a server that owns shards, with jobs pending on it; restart it.
+	victim := ownerOf(t, c, "billing")
+	if victim == "" {
+		t.Fatal("no owner of billing's shard in cluster status")
+	}
+	var pending []int64
+	for i := 0; i < 40; i++ {
+		pending = append(pending, create("billing", int64(3000+i*25)))
+	}
+	procs[victim].kill()
+	time.Sleep(300 * time.Millisecond)
+	procs[victim] = startServer(t, bin, victim, addrs, procs[victim].data)
+	for _, id := range pending {
+		waitUntil(t, 45*time.Second, fmt.Sprintf("acknowledged job %d after the owner's restart", id), func() bool { return workers["billing"].count(id) >= 1 })
+	}
+
+	// Phase 3: kill the node hosting the NameServer; routing recovers on the others.
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsAddr := st.Nameserver
+	if procs[nsAddr] == nil {
+		t.Fatalf("name server at %q is none of %v", nsAddr, addrs)
+	}
+	procs[nsAddr].kill()
+	var others []string
+	for _, a := range addrs {
+		if a != nsAddr {
+			others = append(others, a)
+		}
+	}
+	waitUntil(t, 30*time.Second, "a new name server", func() bool {
+		s, err := c.Status(ctx)
+		return err == nil && s.Nameserver != "" && s.Nameserver != nsAddr && s.Complete
+	})
+	// An app whose shard is on a live node keeps working through the new NameServer.
+	var liveApp string
+	for _, app := range apps {
+		if o := ownerOf(t, c, app); o != "" && o != nsAddr {
+			liveApp = app
+			break
+		}
+	}
+	fresh := "fresh"
+	wf := startWorker(t, bin, fresh, others)
+	id := create(fresh, 100)
+	waitUntil(t, 30*time.Second, "a new app placed by the new name server", func() bool { return wf.count(id) >= 1 })
+	if liveApp != "" {
+		id := create(liveApp, 100)
+		waitUntil(t, 30*time.Second, "a job of "+liveApp+" after the name server moved", func() bool { return workers[liveApp].count(id) >= 1 })
+	}
+	// Exactly once, never early.
+	for app, w := range workers {
+		w.mu.Lock()
+		if len(w.early) > 0 {
+			t.Errorf("app %s: %d runs started early: %v", app, len(w.early), w.early[:1])
+		}
+		for id, rs := range w.runs {
+			if len(rs) > 1 {
+				seen := map[string]bool{}
+				for _, r := range rs {
+					k := fmt.Sprintf("%s#%d", r.RunID, r.Attempt)
+					if seen[k] {
+						t.Errorf("app %s job %d: run %s executed twice", app, id, k)
+					}
+					seen[k] = true
+				}
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+// TestCLIBadInput: bad input through the CLI exits non-zero with a typed error naming the field.
+func TestCLIBadInput(t *testing.T) {
+	bin := buildKjob(t)
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"job", "create", "--app", "a", "--handler", "echo", "--in", "-5s"}, 2, "in: must not be negative"},
+		{[]string{"job", "create", "--app", "a", "--handler", "echo", "--every", "0s"}, 2, "every: must be positive"},
+		{[]string{"job", "create", "--app", "a", "--handler", "echo"}, 2, "schedule: give exactly one"},
+		{[]string{"job", "create", "--handler", "echo", "--in", "1s"}, 2, "app: is required"},
+		{[]string{"job", "create", "--app", "a", "--handler", "echo", "--in", "1s", "--misfire", "sometimes"}, 2, "misfire"},
+		{[]string{"job", "create", "--app", "a", "--handler", "echo", "--in", "1s", "--ladder", "1s,-5s"}, 2, "ladder"},
+		{[]string{"job", "get", "abc", "--app", "a"}, 2, "id: "},
+		{[]string{"job", "create", "--app", "a", "--handler", "echo", "--at", "tomorrow"}, 2, "at: "},
+	}
+	for _, tc := range cases {
+		out, err := exec.Command(bin, tc.args...).CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != tc.code || !strings.Contains(string(out), tc.want) {
+			t.Errorf("kjob %v: exit %v, output %q; want exit %d containing %q", tc.args, err, out, tc.code, tc.want)
+		}
+	}
+}
+
+// TestCLIAgainstServer: the CLI's job commands against a real server, including
+// server-side validation errors (invalid cron, unknown zone, unknown id).
+func TestCLIAgainstServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs processes")
+	}
+	bin := buildKjob(t)
+	addr := freePorts(t, 1)[0]
+	startServer(t, bin, addr, nil, filepath.Join(t.TempDir(), "data"))
+	run := func(args ...string) (string, int) {
+		out, err := exec.Command(bin, append(args, "--servers", addr)...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		}
+		return string(out), 0
+	}
+	var out string
+	var code int
+	waitUntil(t, 30*time.Second, "the server to accept a job", func() bool {
+		out, code = run("job", "create", "--app", "cli", "--handler", "echo", "--in", "1h", "--json")
+		return code == 0
+	})
+	var j struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(lastLine(out))), &j); err != nil || j.ID == "" {
+		t.Fatalf("create --json printed %q", out)
+	}
+	if out, code = run("job", "get", j.ID, "--app", "cli"); code != 0 || !strings.Contains(out, "state=active") {
+		t.Fatalf("get: %d %q", code, out)
+	}
+	if out, code = run("job", "list", "--app", "cli"); code != 0 || !strings.Contains(out, j.ID) {
+		t.Fatalf("list: %d %q", code, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"job", "create", "--app", "cli", "--handler", "echo", "--cron", "not a cron"}, 2, "schedule.cron"},
+		{[]string{"job", "create", "--app", "cli", "--handler", "echo", "--cron", "@daily", "--tz", "Nowhere/City"}, 2, "schedule.tz"},
+		{[]string{"job", "create", "--app", "cli", "--handler", "echo", "--in", "1s", "--params", strings.Repeat("x", 70000)}, 2, "params"},
+		{[]string{"job", "get", "777", "--app", "cli"}, 3, "not found"},
+	} {
+		if out, code := run(tc.args...); code != tc.code || !strings.Contains(out, tc.want) {
+			t.Errorf("kjob %v: exit %d %q, want %d containing %q", tc.args[:3], code, out, tc.code, tc.want)
+		}
+	}
+	if out, code = run("job", "delete", j.ID, "--app", "cli"); code != 0 {
+		t.Fatalf("delete: %d %q", code, out)
+	}
+	if out, code = run("job", "get", j.ID, "--app", "cli"); code != 3 {
+		t.Fatalf("get after delete: %d %q", code, out)
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}

@@ -51,6 +51,8 @@ type NodeConfig struct {
 	// ActorLogLevel is the level at which proto.actor's own logs are let through (default WARN).
 	ActorLogLevel slog.Level
 	Shard         shardcore.Config // defaults for new shards (Shard and Self are filled in)
+	// HTTP is the address of the admin API and /metrics ("" = none).
+	HTTP string
 }
 
 // Node is a running kjob server.
@@ -173,6 +175,12 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if startErr != nil {
 		_ = n.journal.Close()
 		return nil, startErr
+	}
+	if cfg.HTTP != "" {
+		if err := n.startHTTP(cfg.HTTP); err != nil {
+			_ = n.Close()
+			return nil, fmt.Errorf("admin http on %s: %w", cfg.HTTP, err)
+		}
 	}
 	n.wg.Add(1)
 	go n.loop()
@@ -333,6 +341,7 @@ func (n *Node) Close() error {
 	}
 	close(n.stop)
 	n.wg.Wait()
+	n.stopHTTP()
 	func() {
 		defer func() { _ = recover() }()
 		n.cl.Shutdown(false)

@@ -153,7 +153,6 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		NameServer: func() *actor.PID { return n.ns.Load() },
 		NewCore:    n.newCore,
 	}, recovered)
-	// The server actor must exist before the first membership poll reaches us.
 	provider := newPeerProvider(self, peers, cfg.Log)
 	ccfg := pcluster.Configure(ClusterName, provider, disthash.New(), rcfg,
 		pcluster.WithKinds(pcluster.NewKind(nameserver.Kind, nameserver.Props(nil))))
@@ -165,12 +164,13 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 				startErr = fmt.Errorf("start cluster member on %s: %v", cfg.Listen, p)
 			}
 		}()
+		n.cl.StartMember()
+		// Spawned after the remote started, so its PIDs (and its shards') carry the
+		// real address rather than "nonhost".
 		n.server, err = n.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return n.actor }), server.Name)
 		if err != nil {
 			startErr = err
-			return
 		}
-		n.cl.StartMember()
 	}()
 	if startErr != nil {
 		_ = n.journal.Close()

@@ -35,6 +35,7 @@ type Deps struct {
 	Log        *slog.Logger
 	NameServer func() *actor.PID // current NameServer PID (nil when unknown)
 	NewCore    func(s route.Shard, epoch int64) *shardcore.Core
+	Metrics    shard.Sink // where shards report their figures (nil = nowhere)
 }
 
 // Recovered is a shard found in the journal at start.
@@ -83,7 +84,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 			ctx.Send(ns, a.heartbeat(ctx))
 		}
 	case *messages.Ping:
-		ctx.Respond(&messages.Pong{ServerId: a.deps.ServerID, Address: ctx.Self().Address})
+		ctx.Respond(&messages.Pong{ServerId: a.deps.ServerID, Address: ctx.ActorSystem().Address()})
 	case *messages.AssignShard:
 		sh, err := route.Parse(m.Shard)
 		if err != nil {
@@ -117,7 +118,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 }
 
 func (a *Actor) unavailable(ctx actor.Context, m proto.Message) {
-	e := kerr.New(messages.Code_UNAVAILABLE, "", "no name server reachable from %s yet", ctx.Self().Address)
+	e := kerr.New(messages.Code_UNAVAILABLE, "", "no name server reachable from %s yet", ctx.ActorSystem().Address())
 	switch m.(type) {
 	case *messages.GetRoutes:
 		ctx.Respond(&messages.RouteTable{Error: e})
@@ -132,6 +133,7 @@ func (a *Actor) unavailable(ctx actor.Context, m proto.Message) {
 
 func (a *Actor) spawn(ctx actor.Context, core *shardcore.Core, open bool, lsn uint64) *child {
 	shell := shard.NewActor(core, a.deps.Journal, a.deps.Log)
+	shell.SetSink(a.deps.Metrics)
 	name := core.Shard().String()
 	pid, err := ctx.SpawnNamed(shell.Props(open, lsn), ShardName(name))
 	if err != nil {
@@ -144,8 +146,8 @@ func (a *Actor) spawn(ctx actor.Context, core *shardcore.Core, open bool, lsn ui
 }
 
 func (a *Actor) heartbeat(ctx actor.Context) *messages.ServerHeartbeat {
-	hb := &messages.ServerHeartbeat{ServerId: a.deps.ServerID, Server: &messages.Ref{Address: ctx.Self().Address, Id: ctx.Self().Id},
-		SentMs: time.Now().UnixMilli(), Address: ctx.Self().Address, Cpu: cpuLoad(), Mem: memLoad(), SuccessRate: 1}
+	hb := &messages.ServerHeartbeat{ServerId: a.deps.ServerID, Server: &messages.Ref{Address: ctx.ActorSystem().Address(), Id: ctx.Self().Id},
+		SentMs: time.Now().UnixMilli(), Address: ctx.ActorSystem().Address(), Cpu: cpuLoad(), Mem: memLoad(), SuccessRate: 1}
 	names := make([]string, 0, len(a.children))
 	for n := range a.children {
 		names = append(names, n)

@@ -211,8 +211,9 @@ func TestThreeProcessCluster(t *testing.T) {
 
 	// Phase 2: SIGKILL a server that owns shards, with jobs pending on it; restart it.
 	victim := ownerOf(t, c, "billing")
-	if victim == "" {
-		t.Fatal("no owner of billing's shard in cluster status")
+	if procs[victim] == nil {
+		st, _ := c.Status(ctx)
+		t.Fatalf("owner of billing's shard %q is none of %v; status %v", victim, addrs, st)
 	}
 	var pending []int64
 	for i := 0; i < 40; i++ {

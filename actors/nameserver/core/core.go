@@ -42,6 +42,11 @@ type worker struct {
 	lastSeen int64
 }
 
+type pendingAssign struct {
+	atMs   int64
+	server string
+}
+
 type lease struct {
 	holder  string
 	expires int64
@@ -59,7 +64,7 @@ type Core struct {
 	nextNode     int64
 	subs         map[string]int64 // client subscribers: ref key → expiry
 	subRefs      map[string]*messages.Ref
-	pending      map[string]int64 // shard → when its assignment was sent
+	pending      map[string]pendingAssign // shard → assignment sent, not yet reported
 	dirty        bool
 	workersDirty bool
 }
@@ -71,7 +76,7 @@ func New(nowMs int64, s Strategy) *Core {
 	}
 	return &Core{started: nowMs, strategy: s, servers: map[string]*server{}, workers: map[string]*worker{},
 		routes: map[string]*messages.RouteEntry{}, leases: map[int64]*lease{}, subs: map[string]int64{},
-		subRefs: map[string]*messages.Ref{}, pending: map[string]int64{}, version: nowMs}
+		subRefs: map[string]*messages.Ref{}, pending: map[string]pendingAssign{}, version: nowMs}
 }
 
 // Complete reports whether the picture is complete (warm-up over).
@@ -164,8 +169,8 @@ func (c *Core) Tick(nowMs int64, env Env) {
 			delete(c.subRefs, k)
 		}
 	}
-	for sh, at := range c.pending {
-		if nowMs-at > ServerExpiryMs {
+	for sh, p := range c.pending {
+		if nowMs-p.atMs > ServerExpiryMs {
 			delete(c.pending, sh)
 		}
 	}
@@ -233,7 +238,7 @@ func (c *Core) GetRoutes(nowMs int64, m *messages.GetRoutes, from *messages.Ref,
 				t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "no live server to place app %q", m.App)
 				return t
 			}
-			c.pending[root] = nowMs
+			c.pending[root] = pendingAssign{atMs: nowMs, server: target}
 			env.Send(c.servers[target].hb.Server, &messages.AssignShard{Shard: root, Epoch: 1})
 		}
 		t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "placing app %q", m.App)
@@ -297,6 +302,11 @@ func (c *Core) loads(nowMs int64) []ServerLoad {
 		for _, sl := range hb.Shards {
 			l.Fires += sl.FiresWindow
 			l.Shards = append(l.Shards, sl)
+		}
+		for sh, p := range c.pending { // placements in flight count, so a burst spreads
+			if p.server == id {
+				l.Shards = append(l.Shards, &messages.ShardLoad{Shard: sh})
+			}
 		}
 		out = append(out, l)
 	}

@@ -51,6 +51,8 @@ type NodeConfig struct {
 	// ActorLogLevel is the level at which proto.actor's own logs are let through (default WARN).
 	ActorLogLevel slog.Level
 	Shard         shardcore.Config // defaults for new shards (Shard and Self are filled in)
+	// AlertHooks are called for each new dead letter (e.g. shard.Webhook).
+	AlertHooks []shard.AlertHook
 	// HTTP is the address of the admin API and /metrics ("" = none).
 	HTTP string
 }
@@ -70,6 +72,8 @@ type Node struct {
 	closed  atomic.Bool
 	report  persistence.RecoveryReport
 	started time.Time
+	metrics *Metrics // metrics.go
+	admin   *admin   // admin.go; nil without NodeConfig.HTTP
 }
 
 // actorLogger routes proto.actor's slog output into ours at or above level.
@@ -126,6 +130,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, stop: make(chan struct{}), log: cfg.Log, started: time.Now()}
+	n.metrics = newMetrics(n)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -149,13 +154,14 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}
 	self := cfg.Listen
 	n.actor = server.New(server.Deps{
-		ServerID: n.system.ID, Journal: n.journal, Log: cfg.Log,
+		ServerID: n.system.ID, Journal: n.metrics.journal(n.journal), Log: cfg.Log, Metrics: n.metrics,
 		NameServer: func() *actor.PID { return n.ns.Load() },
 		NewCore:    n.newCore,
+		Alerts:     cfg.AlertHooks,
 	}, recovered)
 	provider := newPeerProvider(self, peers, cfg.Log)
 	ccfg := pcluster.Configure(ClusterName, provider, disthash.New(), rcfg,
-		pcluster.WithKinds(pcluster.NewKind(nameserver.Kind, nameserver.Props(nil))))
+		pcluster.WithKinds(pcluster.NewKind(nameserver.Kind, n.metrics.ns.props(nameserver.Props(nil)))))
 	n.cl = pcluster.New(n.system, ccfg)
 	var startErr error
 	func() {
@@ -167,7 +173,8 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		n.cl.StartMember()
 		// Spawned after the remote started, so its PIDs (and its shards') carry the
 		// real address rather than "nonhost".
-		n.server, err = n.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return n.actor }), server.Name)
+		n.server, err = n.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return n.actor },
+			actor.WithReceiverMiddleware(n.metrics.serverMiddleware)), server.Name)
 		if err != nil {
 			startErr = err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/actors/kerr"
+	"github.com/kjob/kjob/actors/shard"
 	"github.com/kjob/kjob/cluster"
 	"github.com/kjob/kjob/messages"
 	"github.com/kjob/kjob/persistence"
@@ -77,7 +79,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 func serverCmd() *cobra.Command {
-	var listen, peers, data, syncPol string
+	var listen, peers, data, syncPol, webhook, httpAddr string
 	c := &cobra.Command{
 		Use:   "server",
 		Short: "run a kjob server (a cluster node); alone it is a single embedded node",
@@ -92,7 +94,13 @@ func serverCmd() *cobra.Command {
 			default:
 				return &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "sync", Message: fmt.Sprintf("%q: use sync, interval or none", syncPol)}
 			}
-			n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, Peers: splitList(peers), DataDir: data, Sync: pol, Log: logger()})
+			var hooks []shard.AlertHook
+			if webhook != "" {
+				hooks = append(hooks, shard.Webhook{URL: webhook})
+			}
+			cluster.RouteLibraryLogs(logger())
+			httpAddr = serverHTTP(cmd, listen, httpAddr)
+			n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, Peers: splitList(peers), DataDir: data, Sync: pol, Log: logger(), AlertHooks: hooks, HTTP: httpAddr})
 			if err != nil {
 				return err
 			}
@@ -105,6 +113,8 @@ func serverCmd() *cobra.Command {
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:7070", "address of this node's proto.actor remote")
 	c.Flags().StringVar(&peers, "peers", "", "comma-separated remote addresses of all servers (self included); empty = single node")
 	c.Flags().StringVar(&data, "data", "kjob-data", "data directory (journal and snapshots)")
+	c.Flags().StringVar(&httpAddr, "http", "127.0.0.1:7080", "address of the admin API and /metrics; default: the --listen host, port + 10; \"off\" for none")
+	c.Flags().StringVar(&webhook, "dlq-webhook", "", "URL that receives a JSON POST for each new dead letter")
 	c.Flags().StringVar(&syncPol, "sync", "sync", "journal flush policy: sync (ack after msync), interval, none (tests only)")
 	return c
 }
@@ -128,4 +138,27 @@ func ms(t int64) string {
 		return "-"
 	}
 	return time.UnixMilli(t).UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// serverHTTP resolves --http: an explicit address is used as given ("off" = none);
+// the default follows --listen (port + 10) and is dropped, with a warning, when
+// something else already holds it, so several local nodes still start.
+func serverHTTP(cmd *cobra.Command, listen, flag string) string {
+	if cmd.Flags().Changed("http") {
+		if flag == "off" {
+			return ""
+		}
+		return flag
+	}
+	addr := cluster.DefaultHTTP(listen)
+	if addr == "" {
+		return ""
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		logger().Warn("admin http off: its default address is taken (set --http)", "http", addr, "err", err)
+		return ""
+	}
+	_ = l.Close()
+	return addr
 }

@@ -57,6 +57,26 @@ type Env interface {
 	Send(to *messages.Ref, m proto.Message)
 }
 
+// Ladder is an optional extension of Env. When the Env implements it, a run waiting
+// for its next attempt is held by the actor of its ladder level (a child of the
+// shard) instead of the core's own timer, the level answers with RetryDue, and each
+// new dead letter is announced to the dead-letter actor. The journal stays the
+// shard's: the levels hold only timers, rebuilt from the journal after a restart.
+type Ladder interface {
+	Hold(level int, runID string, dueMs int64)
+	Release(level int, runID string)
+	DeadLettered(d *messages.DeadLetter)
+}
+
+type ladderOp struct {
+	hold    bool
+	level   int
+	runID   string
+	dueMs   int64
+	dead    *messages.DeadLetter
+	release bool
+}
+
 // Config holds a shard's settings.
 type Config struct {
 	Shard           route.Shard
@@ -135,16 +155,17 @@ type Core struct {
 	runSeq uint64
 	dead   map[string]*messages.DeadLetter
 
-	workers  []*messages.WorkerInfo
-	rr       int
-	busy     map[string]int // in-flight per worker id
-	rng      *rand.Rand
-	pending  []persistence.Entry
-	appended uint64
-	durable  uint64
-	outbox   []outMsg
-	failed   error
-	frozen   *messages.Error // NOT_OWNER reply while handing off / handed off
+	workers   []*messages.WorkerInfo
+	rr        int
+	busy      map[string]int // in-flight per worker id
+	rng       *rand.Rand
+	ladderOps []ladderOp
+	pending   []persistence.Entry
+	appended  uint64
+	durable   uint64
+	outbox    []outMsg
+	failed    error
+	frozen    *messages.Error // NOT_OWNER reply while handing off / handed off
 
 	firesTotal int64
 	fireWin    [60]int64 // fires per second bucket, FireWindowMs wide
@@ -269,7 +290,65 @@ func (c *Core) flush(env Env) {
 		}
 	}
 	c.pending = c.pending[:0]
+	c.runLadder(env)
 	c.release(env)
+}
+
+// runLadder hands waiting retries to the ladder actors, or to the core's own timers
+// when the Env has no ladder (the simulator, tests).
+func (c *Core) runLadder(env Env) {
+	l, ok := env.(Ladder)
+	for _, op := range c.ladderOps {
+		switch {
+		case op.dead != nil:
+			if ok {
+				l.DeadLettered(op.dead)
+			}
+		case op.release:
+			if ok {
+				l.Release(op.level, op.runID)
+			}
+		case op.hold:
+			if ok {
+				l.Hold(op.level, op.runID, op.dueMs)
+			} else if r := c.runs[op.runID]; r != nil && r.st.Level >= 0 {
+				c.armRun(r, op.dueMs)
+			}
+		}
+	}
+	c.ladderOps = c.ladderOps[:0]
+}
+
+func (c *Core) holdRetry(r *run) {
+	c.ladderOps = append(c.ladderOps, ladderOp{hold: true, level: int(r.st.Level), runID: r.st.RunId, dueMs: r.st.DeadlineMs})
+}
+
+// RetryDue is a ladder level's word that run runID's delay is over.
+func (c *Core) RetryDue(nowMs int64, runID string, env Env) {
+	c.now = nowMs
+	if c.failed != nil || c.frozen != nil {
+		return
+	}
+	if r := c.runs[runID]; r != nil && r.st.Level >= 0 {
+		if r.st.DeadlineMs > nowMs+c.cfg.Mutations.FireEarlyMs {
+			c.holdRetry(r) // early (a clock step): wait again
+		} else {
+			c.retryNow(r, nowMs)
+		}
+	}
+	c.flush(env)
+}
+
+// retryNow dispatches the next attempt of a run that waited on the ladder.
+func (c *Core) retryNow(r *run, nowMs int64) {
+	st := proto.Clone(r.st).(*messages.RunState)
+	st.Level = -1
+	st.DispatchedMs = nowMs
+	st.DeadlineMs = nowMs + c.timeout(st.JobId) + c.cfg.GraceMs
+	st.WorkerId = ""
+	st.Fire = false
+	c.emit(messages.RecordType_RUN_DISPATCHED, st)
+	c.dispatch(c.runs[st.RunId], nowMs)
 }
 
 func (c *Core) fail(err error) {
@@ -335,7 +414,7 @@ func (c *Core) Recovered(nowMs int64, durableLSN uint64, env Env) {
 	for _, id := range ids {
 		r := c.runs[id]
 		if r.st.Level >= 0 {
-			c.armRun(r, r.st.DeadlineMs)
+			c.holdRetry(r)
 		} else {
 			c.dispatch(r, nowMs)
 		}
@@ -459,7 +538,8 @@ func (c *Core) setDue(j *job, dueMs int64) {
 		c.due.Cancel(j.handle)
 		j.handle = 0
 	}
-	if dueMs == 0 && j.j.State == messages.JobState_ACTIVE && j.j.Schedule.GetKind() != messages.ScheduleKind_API_ONLY {
+	waitsForFinish := j.j.Schedule.GetKind() == messages.ScheduleKind_FIXED_DELAY && j.running > 0
+	if dueMs == 0 && j.j.State == messages.JobState_ACTIVE && j.j.Schedule.GetKind() != messages.ScheduleKind_API_ONLY && !waitsForFinish {
 		j.j.State = messages.JobState_DONE
 	}
 }
@@ -471,6 +551,9 @@ func (c *Core) dropRun(runID string) {
 	}
 	if r.handle != 0 {
 		c.timers.Cancel(r.handle)
+	}
+	if r.st.Level >= 0 {
+		c.ladderOps = append(c.ladderOps, ladderOp{release: true, level: int(r.st.Level), runID: runID})
 	}
 	if r.st.WorkerId != "" && c.busy[r.st.WorkerId] > 0 {
 		c.busy[r.st.WorkerId]--
@@ -544,14 +627,7 @@ func (c *Core) Tick(nowMs int64, env Env) {
 		r.handle = 0
 		switch {
 		case r.st.Level >= 0: // a retry whose delay is over
-			st := proto.Clone(r.st).(*messages.RunState)
-			st.Level = -1
-			st.DispatchedMs = nowMs
-			st.DeadlineMs = nowMs + c.timeout(st.JobId) + c.cfg.GraceMs
-			st.WorkerId = ""
-			st.Fire = false
-			c.emit(messages.RecordType_RUN_DISPATCHED, st)
-			c.dispatch(c.runs[st.RunId], nowMs)
+			c.retryNow(r, nowMs)
 		case r.st.WorkerId == "": // no worker was live: try again
 			c.dispatch(r, nowMs)
 		default: // no result by the deadline
@@ -774,7 +850,7 @@ func (c *Core) finish(r *run, res *messages.RunResult, nowMs int64) {
 		} else {
 			c.emit(messages.RecordType_RETRY_SCHEDULED, next)
 		}
-		c.armRun(c.runs[next.RunId], next.DeadlineMs)
+		c.holdRetry(c.runs[next.RunId])
 		return
 	}
 	d := &messages.DeadLetter{
@@ -785,6 +861,7 @@ func (c *Core) finish(r *run, res *messages.RunResult, nowMs int64) {
 		d.App, d.Handler = j.j.App, j.j.Handler
 	}
 	c.emit(messages.RecordType_DEAD_LETTERED, d)
+	c.ladderOps = append(c.ladderOps, ladderOp{dead: d})
 }
 
 // misfires applies each periodic job's misfire policy to fire times missed while

@@ -58,3 +58,73 @@ func (w Weighted) Place(servers []ServerLoad) string {
 	}
 	return best
 }
+
+// Move is a strategy's advice to move one shard between servers.
+type Move struct {
+	Shard    string
+	From, To string
+}
+
+// Rebalancer is the optional part of a Strategy that proposes shard moves.
+type Rebalancer interface {
+	// Rebalance proposes at most one move, or ok=false. busy lists servers that
+	// already have a move in flight (they take part in no other).
+	Rebalance(servers []ServerLoad, busy map[string]bool) (Move, bool)
+}
+
+// MoveFactor is k-job's threshold: a server is overloaded when its schedule count
+// is more than MoveFactor times the minimum.
+const MoveFactor = 2
+
+// Rebalance implements k-job's rule with hysteresis: move a shard away from the
+// busiest server when its count exceeds MoveFactor × the least loaded server's
+// (note: the minimum — k-job divided by the maximum and never moved), choosing the
+// shard whose move best reduces the gap, and only when the move makes the pair
+// strictly more balanced (so two servers never swap the same shard back and forth).
+func (LeastScheduleCount) Rebalance(servers []ServerLoad, busy map[string]bool) (Move, bool) {
+	if len(servers) < 2 {
+		return Move{}, false
+	}
+	hi, lo := -1, -1
+	for i, s := range servers {
+		if busy[s.ID] {
+			continue
+		}
+		if hi < 0 || s.Fires > servers[hi].Fires {
+			hi = i
+		}
+		if lo < 0 || s.Fires < servers[lo].Fires {
+			lo = i
+		}
+	}
+	if hi < 0 || lo < 0 || hi == lo {
+		return Move{}, false
+	}
+	h, l := servers[hi], servers[lo]
+	if h.Fires <= MoveFactor*max(l.Fires, 1) {
+		return Move{}, false
+	}
+	gap := h.Fires - l.Fires
+	best, bestGap, bestSize := "", gap, int64(0)
+	for _, sh := range h.Shards {
+		if sh.Frozen {
+			continue
+		}
+		after := abs((h.Fires - sh.FiresWindow) - (l.Fires + sh.FiresWindow))
+		// Ties go to the smaller shard: the cheaper handoff.
+		if after < bestGap || (best != "" && after == bestGap && sh.FiresWindow < bestSize) {
+			best, bestGap, bestSize = sh.Shard, after, sh.FiresWindow
+		}
+	}
+	if best == "" {
+		return Move{}, false
+	}
+	return Move{Shard: best, From: h.ID, To: l.ID}, true
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

@@ -3098,6 +3098,7 @@ type RouteTable struct {
 	Apps          []*AppWorkers          `protobuf:"bytes,3,rep,name=apps,proto3" json:"apps,omitempty"`          // only in pushes to servers
 	Complete      bool                   `protobuf:"varint,4,opt,name=complete,proto3" json:"complete,omitempty"` // the NameServer's picture is complete
 	Error         *Error                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	Nameserver    *Ref                   `protobuf:"bytes,6,opt,name=nameserver,proto3" json:"nameserver,omitempty"` // the NameServer instance that made the table
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3163,6 +3164,13 @@ func (x *RouteTable) GetComplete() bool {
 func (x *RouteTable) GetError() *Error {
 	if x != nil {
 		return x.Error
+	}
+	return nil
+}
+
+func (x *RouteTable) GetNameserver() *Ref {
+	if x != nil {
+		return x.Nameserver
 	}
 	return nil
 }
@@ -4524,14 +4532,17 @@ const file_kjob_proto_rawDesc = "" +
 	"\n" +
 	"AppWorkers\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12-\n" +
-	"\aworkers\x18\x02 \x03(\v2\x13.kjob.v1.WorkerInfoR\aworkers\"\xbe\x01\n" +
+	"\aworkers\x18\x02 \x03(\v2\x13.kjob.v1.WorkerInfoR\aworkers\"\xec\x01\n" +
 	"\n" +
 	"RouteTable\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12+\n" +
 	"\x06routes\x18\x02 \x03(\v2\x13.kjob.v1.RouteEntryR\x06routes\x12'\n" +
 	"\x04apps\x18\x03 \x03(\v2\x13.kjob.v1.AppWorkersR\x04apps\x12\x1a\n" +
 	"\bcomplete\x18\x04 \x01(\bR\bcomplete\x12$\n" +
-	"\x05error\x18\x05 \x01(\v2\x0e.kjob.v1.ErrorR\x05error\"X\n" +
+	"\x05error\x18\x05 \x01(\v2\x0e.kjob.v1.ErrorR\x05error\x12,\n" +
+	"\n" +
+	"nameserver\x18\x06 \x01(\v2\f.kjob.v1.RefR\n" +
+	"nameserver\"X\n" +
 	"\tGetRoutes\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x16\n" +
 	"\x06ensure\x18\x02 \x01(\bR\x06ensure\x12!\n" +
@@ -4804,25 +4815,26 @@ var file_kjob_proto_depIdxs = []int32{
 	41, // 34: kjob.v1.RouteTable.routes:type_name -> kjob.v1.RouteEntry
 	42, // 35: kjob.v1.RouteTable.apps:type_name -> kjob.v1.AppWorkers
 	8,  // 36: kjob.v1.RouteTable.error:type_name -> kjob.v1.Error
-	9,  // 37: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
-	36, // 38: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
-	8,  // 39: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
-	8,  // 40: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
-	36, // 41: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
-	8,  // 42: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
-	51, // 43: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
-	53, // 44: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
-	52, // 45: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
-	57, // 46: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
-	12, // 47: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
-	59, // 48: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
-	26, // 49: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
-	25, // 50: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
-	51, // [51:51] is the sub-list for method output_type
-	51, // [51:51] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	9,  // 37: kjob.v1.RouteTable.nameserver:type_name -> kjob.v1.Ref
+	9,  // 38: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
+	36, // 39: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
+	8,  // 40: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
+	8,  // 41: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
+	36, // 42: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
+	8,  // 43: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
+	51, // 44: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
+	53, // 45: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
+	52, // 46: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
+	57, // 47: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
+	12, // 48: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
+	59, // 49: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
+	26, // 50: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
+	25, // 51: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_kjob_proto_init() }

@@ -38,6 +38,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 	now := time.Now().UnixMilli()
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		a.core.SetSelf(&messages.Ref{Address: ctx.Self().Address, Id: ctx.Self().Id})
 		a.ticker = time.NewTicker(core.HeartbeatMs * time.Millisecond / 2)
 		a.done = make(chan struct{})
 		self, sys, t, done := ctx.Self(), ctx.ActorSystem(), a.ticker, a.done

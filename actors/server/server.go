@@ -35,7 +35,8 @@ type Deps struct {
 	Log        *slog.Logger
 	NameServer func() *actor.PID // current NameServer PID (nil when unknown)
 	NewCore    func(s route.Shard, epoch int64) *shardcore.Core
-	Metrics    shard.Sink // where shards report their figures (nil = nowhere)
+	Metrics    shard.Sink        // where shards report their figures (nil = nowhere)
+	Alerts     []shard.AlertHook // called for each new dead letter
 }
 
 // Recovered is a shard found in the journal at start.
@@ -101,7 +102,14 @@ func (a *Actor) Receive(ctx actor.Context) {
 			ctx.Respond(&messages.ShardOpened{ServerId: a.deps.ServerID, Shard: l})
 		}
 	case *messages.RouteTable:
-		if cur := a.table.Load(); cur != nil && cur.Version > m.Version {
+		// Versions order the tables of one NameServer instance only: take a push from
+		// the NameServer this node resolves now (a fresh one starts its own count),
+		// and never an older table of the same instance.
+		ns := a.deps.NameServer()
+		if ns == nil || m.Nameserver.GetAddress() != ns.Address || m.Nameserver.GetId() != ns.Id {
+			return
+		}
+		if cur := a.table.Load(); cur != nil && proto.Equal(cur.Nameserver, m.Nameserver) && cur.Version > m.Version {
 			return
 		}
 		a.table.Store(m)
@@ -133,6 +141,7 @@ func (a *Actor) unavailable(ctx actor.Context, m proto.Message) {
 
 func (a *Actor) spawn(ctx actor.Context, core *shardcore.Core, open bool, lsn uint64) *child {
 	shell := shard.NewActor(core, a.deps.Journal, a.deps.Log)
+	shell.SetAlertHooks(a.deps.Alerts)
 	shell.SetSink(a.deps.Metrics)
 	name := core.Shard().String()
 	pid, err := ctx.SpawnNamed(shell.Props(open, lsn), ShardName(name))

@@ -128,6 +128,17 @@ func (w *workerProc) count(id int64) int {
 	return len(w.runs[id])
 }
 
+func eventually(d time.Duration, cond func() bool) bool {
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return true
+}
+
 func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	end := time.Now().Add(d)
@@ -205,7 +216,16 @@ func TestThreeProcessCluster(t *testing.T) {
 	}
 	for _, app := range apps {
 		for _, id := range ids[app] {
-			waitUntil(t, 30*time.Second, fmt.Sprintf("job %d of %s", id, app), func() bool { return workers[app].count(id) >= 1 })
+			if !eventually(30*time.Second, func() bool { return workers[app].count(id) >= 1 }) {
+				st, err := c.Status(ctx)
+				rs, rerr := c.Runs(ctx, app, id, 5)
+				t.Logf("runs of %d: %v %v", id, rs, rerr)
+				for _, p := range procs {
+					b, _ := os.ReadFile(p.log)
+					t.Logf("server %s log:\n%s", p.addr, b)
+				}
+				t.Fatalf("job %d of %s never fired; status %v %v", id, app, st, err)
+			}
 		}
 	}
 

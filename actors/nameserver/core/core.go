@@ -65,6 +65,7 @@ type Core struct {
 	subs         map[string]int64 // client subscribers: ref key → expiry
 	subRefs      map[string]*messages.Ref
 	pending      map[string]pendingAssign // shard → assignment sent, not yet reported
+	self         *messages.Ref            // this NameServer instance, stamped on every table
 	dirty        bool
 	workersDirty bool
 }
@@ -78,6 +79,10 @@ func New(nowMs int64, s Strategy) *Core {
 		routes: map[string]*messages.RouteEntry{}, leases: map[int64]*lease{}, subs: map[string]int64{},
 		subRefs: map[string]*messages.Ref{}, pending: map[string]pendingAssign{}, version: nowMs}
 }
+
+// SetSelf names this NameServer instance (stamped on its tables, so a server can
+// tell the current NameServer's pushes from a stale instance's).
+func (c *Core) SetSelf(r *messages.Ref) { c.self = r }
 
 // Complete reports whether the picture is complete (warm-up over).
 func (c *Core) Complete(nowMs int64) bool { return nowMs-c.started >= WarmupMs }
@@ -179,7 +184,7 @@ func (c *Core) Tick(nowMs int64, env Env) {
 
 // Table returns the route table (for app, or all when app is ""), optionally with workers.
 func (c *Core) Table(app string, withWorkers bool) *messages.RouteTable {
-	t := &messages.RouteTable{Version: c.version}
+	t := &messages.RouteTable{Version: c.version, Nameserver: c.self}
 	names := make([]string, 0, len(c.routes))
 	for n, r := range c.routes {
 		if app == "" || r.App == app {

@@ -136,9 +136,10 @@ type run struct {
 }
 
 type outMsg struct {
-	lsn uint64
-	to  *messages.Ref
-	m   proto.Message
+	lsn  uint64
+	to   *messages.Ref
+	m    proto.Message
+	step bool // waits for the records of the step that queued it
 }
 
 // Core is the shard's state machine.
@@ -287,6 +288,9 @@ func (c *Core) flush(env Env) {
 			c.fail(err)
 		} else {
 			c.appended = last
+			for i := len(c.outbox) - 1; i >= 0 && c.outbox[i].step; i-- {
+				c.outbox[i].lsn, c.outbox[i].step = last, false
+			}
 		}
 	}
 	c.pending = c.pending[:0]
@@ -358,11 +362,13 @@ func (c *Core) fail(err error) {
 	c.outbox = nil
 }
 
+// send queues m behind everything journaled so far, including this step's records
+// (whose LSNs the shared journal assigns only at flush: stepLSN marks them).
 func (c *Core) send(to *messages.Ref, m proto.Message) {
 	if to == nil || c.failed != nil {
 		return
 	}
-	c.outbox = append(c.outbox, outMsg{lsn: c.appended + uint64(len(c.pending)), to: to, m: m})
+	c.outbox = append(c.outbox, outMsg{lsn: c.appended, to: to, m: m, step: len(c.pending) > 0})
 }
 
 func (c *Core) release(env Env) {
@@ -406,6 +412,9 @@ func (c *Core) Replay(r persistence.Record) error {
 func (c *Core) Recovered(nowMs int64, durableLSN uint64, env Env) {
 	c.now = nowMs
 	c.appended, c.durable = durableLSN, durableLSN
+	if c.frozen != nil { // a closed (handed-off) shard must not fire (sim seed 3)
+		return
+	}
 	ids := make([]string, 0, len(c.runs))
 	for id := range c.runs {
 		ids = append(ids, id)
@@ -576,7 +585,7 @@ func (c *Core) armRun(r *run, atMs int64) {
 func (c *Core) SetWorkers(nowMs int64, ws []*messages.WorkerInfo, env Env) {
 	c.now = nowMs
 	c.workers = ws
-	if len(ws) > 0 {
+	if len(ws) > 0 && c.frozen == nil { // a frozen (handed-off) shard must not fire (sim seed 289)
 		seqs := make([]uint64, 0)
 		for _, r := range c.runs {
 			if r.st.Level < 0 && r.st.WorkerId == "" {
@@ -824,7 +833,7 @@ func (c *Core) finish(r *run, res *messages.RunResult, nowMs int64) {
 	last := ok || r.st.Attempt >= c.attempts(j)
 	if j != nil && last && j.j.Schedule.GetKind() == messages.ScheduleKind_FIXED_DELAY && r.st.Fire && j.sched != nil {
 		rec.SetsNext = true
-		if n, okN := j.sched.AfterFinish(rec.EndMs, j.j.Runs); okN {
+		if n, okN := j.sched.AfterFinish(nowMs, j.j.Runs); okN { // the owner's clock, not the worker's (sim seed 181)
 			rec.JobNextDueMs = n
 		}
 	}

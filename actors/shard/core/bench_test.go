@@ -1,0 +1,198 @@
+package core_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kjob/kjob/actors/route"
+	"github.com/kjob/kjob/actors/shard/core"
+	"github.com/kjob/kjob/messages"
+	"github.com/kjob/kjob/persistence"
+)
+
+// The shard core's hot paths, without an actor, a network or a disk:
+//
+//	go test -run '^$' -bench . -benchmem ./actors/shard/core
+//
+// Each benchmark also reports x-marshal: its time per operation divided by the
+// time to proto.Marshal the journal record that operation writes, measured in the
+// same run. That ratio is the core's overhead over the one thing it cannot avoid
+// (encoding its record), and it survives a noisy machine better than ns/op.
+
+const (
+	benchT0Ms        = 1_800_000_000_000 // an arbitrary "now"
+	benchFiresPerMs  = 20                // 20,000 fires per second, the fire target
+	benchBaselineOps = 20_000
+)
+
+// fakeEnv is a journal that is durable the moment it is appended to, and a network
+// that only counts (and optionally keeps) what is sent.
+type fakeEnv struct {
+	lsn        uint64
+	replies    int
+	acks       int
+	dispatches []*messages.Dispatch
+	keep       bool // keep dispatches (for the result benchmark)
+	dispatched int
+}
+
+func (e *fakeEnv) Append(es []persistence.Entry) (uint64, error) {
+	e.lsn += uint64(len(es))
+	return e.lsn, nil
+}
+
+func (e *fakeEnv) Send(_ *messages.Ref, m proto.Message) {
+	switch x := m.(type) {
+	case *messages.Dispatch:
+		e.dispatched++
+		if e.keep {
+			e.dispatches = append(e.dispatches, x)
+		}
+	case *messages.ResultAck:
+		e.acks++
+	default:
+		e.replies++
+	}
+}
+
+var (
+	benchClient = &messages.Ref{Address: "127.0.0.1:1", Id: "client"}
+	benchWorker = &messages.WorkerInfo{WorkerId: "w1", App: "bench", Capacity: 1 << 20,
+		Ref: &messages.Ref{Address: "127.0.0.1:2", Id: "kjob-worker"}}
+)
+
+func newBenchCore(env *fakeEnv) *core.Core {
+	c := core.New(core.Config{Shard: route.Root("bench"), Self: &messages.Ref{Address: "127.0.0.1:3", Id: "shard"}}, benchT0Ms, 1)
+	c.Open(env)
+	c.Durable(env.lsn, nil, env)
+	return c
+}
+
+func benchJob(id, atMs int64) *messages.Job {
+	return &messages.Job{Id: id, App: "bench", Handler: "noop", Params: []byte(fmt.Sprintf("%-16d", id)),
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: atMs}}
+}
+
+// marshalNs is the baseline: nanoseconds to proto.Marshal m once.
+func marshalNs(m proto.Message) float64 {
+	t0 := time.Now()
+	for range benchBaselineOps {
+		if _, err := proto.Marshal(m); err != nil {
+			panic(err)
+		}
+	}
+	return float64(time.Since(t0).Nanoseconds()) / benchBaselineOps
+}
+
+func reportRatio(b *testing.B, elapsed time.Duration, n int, baselineNs float64) {
+	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(n)/baselineNs, "x-marshal")
+}
+
+// populate creates n one-shot jobs due from firstDueMs on, benchFiresPerMs per ms.
+func populate(b *testing.B, c *core.Core, env *fakeEnv, n int, firstDueMs int64) {
+	for i := range n {
+		c.Handle(benchT0Ms, benchClient, &messages.CreateJob{Job: benchJob(int64(i+1), firstDueMs+int64(i/benchFiresPerMs))}, env)
+	}
+	c.Durable(env.lsn, nil, env)
+	if env.replies < n {
+		b.Fatalf("%d replies to %d creates", env.replies, n)
+	}
+}
+
+// BenchmarkCreate: validate, journal (JOB_PUT) and reply to one create.
+func BenchmarkCreate(b *testing.B) {
+	env := &fakeEnv{}
+	c := newBenchCore(env)
+	due := int64(benchT0Ms + time.Hour.Milliseconds())
+	base := marshalNs(benchJob(1, due))
+	reqs := make([]*messages.CreateJob, b.N)
+	for i := range reqs {
+		reqs[i] = &messages.CreateJob{Job: benchJob(int64(i+1), due)}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	t0 := time.Now()
+	for i := range b.N {
+		c.Handle(benchT0Ms, benchClient, reqs[i], env)
+		c.Durable(env.lsn, nil, env)
+	}
+	el := time.Since(t0)
+	b.StopTimer()
+	if env.replies != b.N || c.Pending() != b.N {
+		b.Fatalf("replies %d, pending %d, want %d", env.replies, c.Pending(), b.N)
+	}
+	reportRatio(b, el, b.N, base)
+}
+
+// BenchmarkFireDispatch: one job's fire: the wheel hands it over, RUN_DISPATCHED
+// is journaled and the dispatch released, at benchFiresPerMs fires per tick.
+func BenchmarkFireDispatch(b *testing.B) {
+	env := &fakeEnv{}
+	c := newBenchCore(env)
+	c.SetWorkers(benchT0Ms, []*messages.WorkerInfo{benchWorker}, env)
+	first := int64(benchT0Ms + 1000)
+	populate(b, c, env, b.N, first)
+	base := marshalNs(&messages.RunState{RunId: "1234567890123456789:1800000001000", JobId: 1234567890123456789,
+		DueMs: first, Attempt: 1, DispatchedMs: first, DeadlineMs: first + 65_000, Level: -1,
+		TraceId: "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01", Version: 1, Fire: true, JobRuns: 1,
+		Handler: "noop", App: "bench"})
+	last := first + int64((b.N-1)/benchFiresPerMs)
+	b.ReportAllocs()
+	b.ResetTimer()
+	t0 := time.Now()
+	for now := first; now <= last; now++ {
+		c.Tick(now, env)
+		c.Durable(env.lsn, nil, env)
+	}
+	el := time.Since(t0)
+	b.StopTimer()
+	if env.dispatched != b.N || c.InFlight() != b.N {
+		b.Fatalf("dispatched %d, in flight %d, want %d", env.dispatched, c.InFlight(), b.N)
+	}
+	reportRatio(b, el, b.N, base)
+}
+
+// BenchmarkResult: one worker result: RUN_FINISHED journaled, run dropped, ack released.
+func BenchmarkResult(b *testing.B) {
+	env := &fakeEnv{keep: true}
+	c := newBenchCore(env)
+	c.SetWorkers(benchT0Ms, []*messages.WorkerInfo{benchWorker}, env)
+	first := int64(benchT0Ms + 1000)
+	populate(b, c, env, b.N, first)
+	last := first + int64((b.N-1)/benchFiresPerMs)
+	for now := first; now <= last; now++ {
+		c.Tick(now, env)
+	}
+	c.Durable(env.lsn, nil, env)
+	if len(env.dispatches) != b.N {
+		b.Fatalf("%d dispatches, want %d", len(env.dispatches), b.N)
+	}
+	results := make([]*messages.RunResult, b.N)
+	for i, d := range env.dispatches {
+		results[i] = &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Shard: d.Shard, Epoch: d.Epoch, Attempt: d.Attempt,
+			DueMs: d.DueMs, Outcome: messages.Outcome_SUCCEEDED, StartMs: d.DueMs + 1, EndMs: d.DueMs + 1,
+			WorkerId: benchWorker.WorkerId, Worker: benchWorker.Ref}
+	}
+	d := env.dispatches[0]
+	base := marshalNs(&messages.RunRecord{RunId: d.RunId, JobId: d.JobId, DueMs: d.DueMs, DispatchedMs: d.DispatchedMs,
+		StartMs: d.DueMs + 1, EndMs: d.DueMs + 1, Attempt: 1, WorkerId: benchWorker.WorkerId,
+		Outcome: messages.Outcome_SUCCEEDED, TraceId: d.Traceparent})
+	env.dispatches = nil
+	now := last + 1
+	b.ReportAllocs()
+	b.ResetTimer()
+	t0 := time.Now()
+	for i := range b.N {
+		c.Handle(now, benchWorker.Ref, results[i], env)
+		c.Durable(env.lsn, nil, env)
+	}
+	el := time.Since(t0)
+	b.StopTimer()
+	if env.acks != b.N || c.InFlight() != 0 {
+		b.Fatalf("acks %d, in flight %d, want %d and 0", env.acks, c.InFlight(), b.N)
+	}
+	reportRatio(b, el, b.N, base)
+}

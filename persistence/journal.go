@@ -1,0 +1,788 @@
+package persistence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// SyncPolicy says when appended records are made durable.
+type SyncPolicy int
+
+const (
+	// SyncAlways (the default) msyncs as soon as records are appended: one
+	// flusher syncs whatever has accumulated since its last sync (group
+	// commit), and a record is acknowledged only after that msync returned.
+	SyncAlways SyncPolicy = iota
+	// SyncInterval msyncs every Options.SyncIntervalMs milliseconds, like an
+	// asynchronous broker flush; acknowledgements wait for that flush.
+	SyncInterval
+	// SyncNone never syncs: records are "durable" once copied into the page
+	// cache. They survive a process crash but not a machine crash. Tests only.
+	SyncNone
+)
+
+func (p SyncPolicy) String() string {
+	switch p {
+	case SyncAlways:
+		return "sync"
+	case SyncInterval:
+		return "interval"
+	case SyncNone:
+		return "none"
+	}
+	return fmt.Sprintf("SyncPolicy(%d)", int(p))
+}
+
+// Defaults and limits.
+const (
+	DefaultSegmentSizeBytes = 64 << 20
+	MinSegmentSizeBytes     = 4096
+	DefaultSyncIntervalMs   = 10
+)
+
+// Options configure Open.
+type Options struct {
+	Dir              string
+	SegmentSizeBytes int64 // default 64 MiB; at least MinSegmentSizeBytes
+	Sync             SyncPolicy
+	SyncIntervalMs   int // for SyncInterval, default 10
+	// TruncateOnCorruption makes Open truncate the log at a corruption
+	// instead of failing: records from there on are lost. An operator's
+	// choice, never a default; the report and the log say where.
+	TruncateOnCorruption bool
+	Logger               *slog.Logger // may be nil
+
+	backend backend // tests and benchmarks only
+}
+
+// Entry is one record to append; the journal assigns its LSN.
+type Entry struct {
+	Stream  uint64
+	Type    uint8 // MinUserType..MaxUserType
+	Payload []byte
+}
+
+// RecoveryReport says what Open found.
+type RecoveryReport struct {
+	Segments          int    // segment files kept
+	Records           uint64 // records in them (internal ones included)
+	LastLSN           uint64 // highest LSN recovered (0 for an empty journal)
+	TruncatedBytes    int64  // bytes dropped from the torn tail (or at a corruption, on request)
+	TruncatedAt       string // "file:offset" of the cut, or ""
+	Snapshots         int    // streams whose snapshot was loaded
+	FallbackSnapshots int    // streams whose newest snapshot was unusable, so an older one (or none) was used
+}
+
+// Errors returned by the journal.
+var (
+	// ErrClosed is returned by calls on a closed journal.
+	ErrClosed = errors.New("persistence: journal closed")
+	// ErrSyncFailed is matched by the fatal error a failed msync or fsync
+	// leaves behind. Nothing is retried: after a failed sync the page cache
+	// may claim data the disk never took.
+	ErrSyncFailed = errors.New("persistence: sync failed, journal stopped")
+	// ErrLocked means another process has the journal directory open.
+	ErrLocked = errors.New("persistence: journal directory is locked by another process")
+	// ErrNoEntries means Append was called with nothing to append.
+	ErrNoEntries = errors.New("persistence: no entries to append")
+	// ErrBadLSN means an LSN argument is outside what the journal holds.
+	ErrBadLSN = errors.New("persistence: LSN out of range")
+)
+
+type waiter struct {
+	last uint64
+	cb   func(lastLSN uint64, err error)
+}
+
+type syncJob struct {
+	s        *segment
+	from, to int
+	dir      bool
+}
+
+// Journal is a node's write-ahead log: a directory of preallocated, mapped
+// segment files holding the records of many streams under one gap-free LSN
+// sequence, plus per-stream snapshots.
+//
+// Durability contract. A record is durable once the msync (or fsync) that
+// covers it has returned; under SyncAlways nothing is acknowledged earlier.
+// Append returns once the record is in the mapping and its callback fires
+// once that record and every record before it are durable, so
+// acknowledgements come in LSN order. A failed sync is fatal: every pending
+// and later caller gets the error, and nothing is retried. After a crash,
+// Open recovers every acknowledged record; what it drops is only a tail that
+// no acknowledgement covered, and it says so in Report. Damage it cannot
+// prove unacknowledged is an error naming the file and offset.
+//
+// Concurrency. Appenders serialize on one mutex only to assign LSNs and copy
+// bytes into the mapping; a single flusher goroutine takes the dirty ranges
+// accumulated meanwhile, syncs them outside the mutex, publishes the durable
+// LSN and runs the callbacks:
+//
+//	append:  lock; lsn = next++; copy frame into mapping; queue cb; unlock; kick flusher
+//	flusher: lock; take dirty ranges and queued cbs; unlock
+//	         msync ranges (+ fsync dir for new segments)
+//	         durable = last LSN taken; run cbs
+//
+// A reader holds an RWMutex shared while it reads mappings, so compaction
+// never unmaps a segment under it; the flusher takes no lock while it syncs,
+// so a reader's callback may append and wait.
+type Journal struct {
+	opts       Options
+	dirPath    string
+	log        *slog.Logger
+	dir        *os.File
+	lock       *os.File
+	maxPayload int
+
+	mu          sync.Mutex
+	segs        []*segment // oldest first; the last one is active
+	next        uint64     // next LSN to assign
+	waiters     []waiter
+	idleWaiters []waiter // the flusher's spare buffer
+	dirty       []*segment
+	fatal       error
+	closed      bool
+	snaps       map[uint64][]snapInfo // per stream, newest first, at most two
+	drops       map[uint64]uint64     // stream -> LSN of its latest tombstone
+
+	durable atomic.Uint64
+	last    atomic.Uint64
+
+	rw     sync.RWMutex // shared by readers of mappings, exclusive to unmap
+	snapMu sync.Mutex   // serializes WriteSnapshot, DropStream and Compact
+
+	kick      chan struct{}
+	spares    chan *segment
+	needSpare chan struct{}
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	jobs      []syncJob // flusher-owned
+
+	report RecoveryReport
+
+	// Seams for tests.
+	syncRange func(s *segment, from, to int) error
+	syncDirFn func() error
+}
+
+// Open opens (creating if needed) the journal in opts.Dir and recovers it:
+// it scans the segments, truncates a torn tail, and loads the snapshots. See
+// Report for what it found.
+func Open(opts Options) (*Journal, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("persistence: Options.Dir is empty")
+	}
+	if opts.SegmentSizeBytes == 0 {
+		opts.SegmentSizeBytes = DefaultSegmentSizeBytes
+	}
+	if opts.SegmentSizeBytes < MinSegmentSizeBytes || opts.SegmentSizeBytes > 1<<40 {
+		return nil, fmt.Errorf("persistence: Options.SegmentSizeBytes %d outside [%d, %d]", opts.SegmentSizeBytes, MinSegmentSizeBytes, int64(1<<40))
+	}
+	if opts.Sync < SyncAlways || opts.Sync > SyncNone {
+		return nil, fmt.Errorf("persistence: unknown Options.Sync %d", int(opts.Sync))
+	}
+	if opts.SyncIntervalMs <= 0 {
+		opts.SyncIntervalMs = DefaultSyncIntervalMs
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("persistence: %w", err)
+	}
+	j := &Journal{
+		opts:       opts,
+		dirPath:    opts.Dir,
+		log:        log.With("journal", opts.Dir),
+		maxPayload: MaxPayloadBytes(opts.SegmentSizeBytes),
+		snaps:      map[uint64][]snapInfo{},
+		drops:      map[uint64]uint64{},
+		kick:       make(chan struct{}, 1),
+		spares:     make(chan *segment, 1),
+		needSpare:  make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+	}
+	j.syncRange = func(s *segment, from, to int) error { return s.sync(from, to) }
+	j.syncDirFn = func() error { return syncDir(j.dir) }
+	if err := j.openDir(); err != nil {
+		return nil, err
+	}
+	if err := j.recover(); err != nil {
+		j.releaseAll()
+		return nil, err
+	}
+	j.wg.Add(2)
+	go j.flushLoop()
+	go j.prepareLoop()
+	j.requestSpare()
+	return j, nil
+}
+
+func (j *Journal) openDir() error {
+	d, err := os.Open(j.dirPath)
+	if err != nil {
+		return fmt.Errorf("persistence: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(j.dirPath, "LOCK"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		d.Close()
+		return fmt.Errorf("persistence: %w", err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		d.Close()
+		lock.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("%w: %s", ErrLocked, j.dirPath)
+		}
+		return fmt.Errorf("persistence: lock %s: %w", j.dirPath, err)
+	}
+	j.dir, j.lock = d, lock
+	return nil
+}
+
+// recover runs at Open, before any goroutine starts.
+func (j *Journal) recover() error {
+	names, err := j.dir.Readdirnames(-1)
+	if err != nil {
+		return fmt.Errorf("persistence: read %s: %w", j.dirPath, err)
+	}
+	slices.Sort(names)
+	var segNames []string
+	var snapNames []string
+	removedTmp := false
+	for _, n := range names {
+		switch {
+		case strings.HasSuffix(n, tmpSuffix):
+			// A spare segment or an unfinished snapshot: never part of the log.
+			if err := os.Remove(filepath.Join(j.dirPath, n)); err != nil {
+				return fmt.Errorf("persistence: remove %s: %w", n, err)
+			}
+			removedTmp = true
+		case strings.HasSuffix(n, segmentSuffix):
+			if _, ok := parseSegmentName(n); !ok {
+				return fmt.Errorf("persistence: unexpected file %s in %s", n, j.dirPath)
+			}
+			segNames = append(segNames, n) // sorted by base: fixed-width names
+		case strings.HasSuffix(n, snapshotSuffix):
+			snapNames = append(snapNames, n)
+		}
+	}
+	segs := make([]*segment, 0, len(segNames))
+	imgs := make([]segImage, 0, len(segNames))
+	for _, n := range segNames {
+		s, err := openSegmentFile(j.dirPath, n)
+		if err != nil {
+			for _, s := range segs {
+				s.release()
+			}
+			return err
+		}
+		base, _ := parseSegmentName(n)
+		segs = append(segs, s)
+		imgs = append(imgs, segImage{name: n, base: base, buf: s.buf})
+	}
+	j.segs = segs // released by releaseAll on failure
+	plan, err := planRecovery(imgs, j.opts.TruncateOnCorruption)
+	if err != nil {
+		return err
+	}
+	if plan.corruption != nil {
+		j.log.Error("truncating journal at corruption on operator request", "err", plan.corruption, "truncated_bytes", plan.truncatedBytes)
+	}
+	changed := removedTmp
+	// Delete what lies after the cut, newest first.
+	for k := len(segs) - 1; k >= len(plan.kept); k-- {
+		segs[k].release()
+		if err := os.Remove(filepath.Join(j.dirPath, segs[k].name)); err != nil {
+			return fmt.Errorf("persistence: remove %s: %w", segs[k].name, err)
+		}
+		changed = true
+	}
+	segs = segs[:len(plan.kept)]
+	j.segs = segs
+	for k, s := range segs {
+		s.idx = plan.kept[k]
+		s.seed = crcSeed(s.idx.hdr.FileID)
+		// Trim the image to the header's size: bytes past it are not ours.
+		s.buf = s.buf[:s.idx.hdr.SizeBytes]
+		s.synced = s.idx.end
+	}
+	if len(segs) > 0 {
+		active := segs[len(segs)-1]
+		if err := active.makeWritable(j.opts.backend); err != nil {
+			return err
+		}
+		active.buf = active.buf[:active.idx.hdr.SizeBytes]
+		if plan.zeroTo > plan.zeroFrom {
+			j.log.Warn("truncating torn journal tail", "at", plan.truncatedAt, "bytes", plan.truncatedBytes)
+			clear(active.buf[plan.zeroFrom:plan.zeroTo])
+			active.synced = plan.zeroFrom
+		}
+		// Recovered records may still be only in the page cache (the process
+		// crashed, the machine did not): make them durable before anyone is
+		// told they are.
+		for _, s := range segs {
+			if s == active {
+				if err := s.sync(0, max(s.idx.end, plan.zeroTo)); err != nil {
+					return err
+				}
+				s.synced = s.idx.end
+			} else if err := s.f.Sync(); err != nil {
+				return fmt.Errorf("persistence: fsync %s: %w", s.name, err)
+			}
+		}
+	}
+	j.next = plan.nextLSN
+	j.drops = plan.drops
+	j.report = RecoveryReport{
+		Segments:       len(segs),
+		Records:        plan.records,
+		TruncatedBytes: plan.truncatedBytes,
+		TruncatedAt:    plan.truncatedAt,
+	}
+	snapChanged, err := j.loadSnapshots(snapNames)
+	if err != nil {
+		return err
+	}
+	changed = changed || snapChanged
+	if len(j.segs) == 0 {
+		// An empty journal, or one whose every segment was cut away: start
+		// past every LSN a snapshot has seen so no LSN is ever reused.
+		for _, infos := range j.snaps {
+			j.next = max(j.next, infos[0].lsn+1)
+		}
+		s, err := createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend)
+		if err != nil {
+			return err
+		}
+		if err := s.activate(j.dirPath, j.next); err != nil {
+			s.release()
+			return err
+		}
+		j.segs = append(j.segs, s)
+		if err := s.sync(0, SegmentHeaderSize); err != nil {
+			return err
+		}
+		s.synced, s.needDirSync = SegmentHeaderSize, false
+		changed = true
+	}
+	if changed {
+		if err := syncDir(j.dir); err != nil {
+			return err
+		}
+	}
+	j.report.LastLSN = j.next - 1
+	j.durable.Store(j.next - 1)
+	j.last.Store(j.next - 1)
+	j.log.Info("journal recovered", "segments", j.report.Segments, "records", j.report.Records,
+		"last_lsn", j.report.LastLSN, "truncated_bytes", j.report.TruncatedBytes, "snapshots", j.report.Snapshots)
+	return nil
+}
+
+// releaseAll closes everything Open acquired; for failed Opens and Close.
+func (j *Journal) releaseAll() error {
+	var err error
+	for _, s := range j.segs {
+		err = errors.Join(err, s.release())
+	}
+	j.segs = nil
+	if j.lock != nil {
+		unix.Flock(int(j.lock.Fd()), unix.LOCK_UN)
+		err = errors.Join(err, j.lock.Close())
+		j.lock = nil
+	}
+	if j.dir != nil {
+		err = errors.Join(err, j.dir.Close())
+		j.dir = nil
+	}
+	return err
+}
+
+// Report returns what Open found.
+func (j *Journal) Report() RecoveryReport { return j.report }
+
+// DurableLSN returns the highest LSN known durable.
+func (j *Journal) DurableLSN() uint64 { return j.durable.Load() }
+
+// LastLSN returns the highest LSN assigned.
+func (j *Journal) LastLSN() uint64 { return j.last.Load() }
+
+// Err returns the fatal error that stopped the journal, or nil.
+func (j *Journal) Err() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.fatal
+}
+
+// usable reports why the journal cannot take appends; j.mu must be held.
+func (j *Journal) usable() error {
+	if j.fatal != nil {
+		return j.fatal
+	}
+	if j.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Append assigns consecutive LSNs to entries and copies them into the
+// mapping; it does not wait for the disk. cb, if not nil, is called exactly
+// once from the flusher goroutine: with lastLSN once every entry is durable,
+// or with the fatal error. cb must not block; it runs in LSN order with the
+// other callbacks. If Append returns an error nothing was appended and cb is
+// never called. The entries' payloads are copied before Append returns.
+func (j *Journal) Append(entries []Entry, cb func(lastLSN uint64, err error)) (firstLSN, lastLSN uint64, err error) {
+	if len(entries) == 0 {
+		return 0, 0, ErrNoEntries
+	}
+	for i := range entries {
+		if t := entries[i].Type; t < MinUserType || t > MaxUserType {
+			return 0, 0, fmt.Errorf("%w: entry %d has type %d, callers may use %d..%d", ErrInvalidType, i, t, MinUserType, MaxUserType)
+		}
+		if n := len(entries[i].Payload); n > j.maxPayload {
+			return 0, 0, &RecordTooLargeError{PayloadBytes: n, LimitBytes: j.maxPayload}
+		}
+	}
+	return j.append(entries, cb)
+}
+
+func (j *Journal) append(entries []Entry, cb func(uint64, error)) (firstLSN, lastLSN uint64, err error) {
+	j.mu.Lock()
+	if err := j.usable(); err != nil {
+		j.mu.Unlock()
+		return 0, 0, err
+	}
+	active := j.segs[len(j.segs)-1]
+	// Obtain every segment the batch will need before writing anything, so
+	// that a failure (a full disk) leaves nothing half appended.
+	need, off := 0, active.idx.end
+	for i := range entries {
+		n := FrameSize(len(entries[i].Payload))
+		if off+n > len(active.buf) {
+			need++
+			off = SegmentHeaderSize
+		}
+		off += n
+	}
+	var fresh []*segment
+	for range need {
+		s, err := j.takeSpare()
+		if err != nil {
+			for _, s := range fresh {
+				j.discardSpare(s)
+			}
+			j.mu.Unlock()
+			return 0, 0, err
+		}
+		fresh = append(fresh, s)
+	}
+	durable := j.durable.Load()
+	firstLSN = j.next
+	j.markDirty(active)
+	for i := range entries {
+		e := &entries[i]
+		n := FrameSize(len(e.Payload))
+		if active.idx.end+n > len(active.buf) {
+			s := fresh[0]
+			fresh = fresh[1:]
+			if err := s.activate(j.dirPath, j.next); err != nil {
+				// A failed rename is as bad as a failed sync: the directory
+				// no longer says what the log is.
+				j.discardSpare(s)
+				for _, s := range fresh {
+					j.discardSpare(s)
+				}
+				j.mu.Unlock()
+				j.fail(err, nil)
+				return 0, 0, j.Err()
+			}
+			j.segs = append(j.segs, s)
+			active = s
+			j.markDirty(active)
+		}
+		lsn := j.next
+		end := active.idx.end
+		putFrame(active.buf[end:end+n], active.seed, durable, lsn, e.Stream, e.Type, e.Payload)
+		active.idx.end = end + n
+		active.idx.records++
+		active.idx.lastLSN = lsn
+		active.idx.streams[e.Stream] = lsn
+		j.next++
+	}
+	lastLSN = j.next - 1
+	j.last.Store(lastLSN)
+	if cb != nil {
+		j.waiters = append(j.waiters, waiter{last: lastLSN, cb: cb})
+	}
+	j.mu.Unlock()
+	if j.opts.Sync != SyncInterval {
+		select {
+		case j.kick <- struct{}{}:
+		default:
+		}
+	}
+	return firstLSN, lastLSN, nil
+}
+
+// AppendWait appends entries and waits until they are durable or ctx is
+// done. On ctx's end it returns ctx's error: the entries may still become
+// durable later.
+func (j *Journal) AppendWait(ctx context.Context, entries ...Entry) (lastLSN uint64, err error) {
+	done := make(chan error, 1)
+	_, last, err := j.Append(entries, func(_ uint64, err error) { done <- err })
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case err := <-done:
+		return last, err
+	case <-ctx.Done():
+		return last, ctx.Err()
+	}
+}
+
+// appendInternal appends one journal-owned record and waits for it.
+func (j *Journal) appendInternal(stream uint64, typ uint8) (uint64, error) {
+	done := make(chan error, 1)
+	_, last, err := j.append([]Entry{{Stream: stream, Type: typ}}, func(_ uint64, err error) { done <- err })
+	if err != nil {
+		return 0, err
+	}
+	if j.opts.Sync == SyncInterval {
+		j.kickNow()
+	}
+	return last, <-done
+}
+
+// waitDurable blocks until lsn is durable.
+func (j *Journal) waitDurable(lsn uint64) error {
+	if j.durable.Load() >= lsn {
+		return nil
+	}
+	done := make(chan error, 1)
+	j.mu.Lock()
+	if err := j.usable(); err != nil {
+		j.mu.Unlock()
+		return err
+	}
+	if lsn >= j.next {
+		j.mu.Unlock()
+		return fmt.Errorf("%w: %d is past the last LSN %d", ErrBadLSN, lsn, j.next-1)
+	}
+	j.waiters = append(j.waiters, waiter{last: lsn, cb: func(_ uint64, err error) { done <- err }})
+	j.mu.Unlock()
+	j.kickNow()
+	return <-done
+}
+
+func (j *Journal) kickNow() {
+	select {
+	case j.kick <- struct{}{}:
+	default:
+	}
+}
+
+// markDirty lists s for the flusher; j.mu must be held.
+func (j *Journal) markDirty(s *segment) {
+	if !s.inDirty {
+		s.inDirty = true
+		j.dirty = append(j.dirty, s)
+	}
+}
+
+func (j *Journal) flushLoop() {
+	defer j.wg.Done()
+	var tick <-chan time.Time
+	if j.opts.Sync == SyncInterval {
+		t := time.NewTicker(time.Duration(j.opts.SyncIntervalMs) * time.Millisecond)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-j.stop:
+			j.flush()
+			return
+		case <-j.kick:
+		case <-tick:
+		}
+		j.flush()
+	}
+}
+
+// flush makes everything appended so far durable and runs the callbacks.
+// Only the flusher goroutine calls it (and Close, after the flusher ended).
+func (j *Journal) flush() {
+	j.mu.Lock()
+	if j.fatal != nil {
+		j.mu.Unlock()
+		return
+	}
+	target := j.next - 1
+	jobs := j.jobs[:0]
+	for _, s := range j.dirty {
+		jobs = append(jobs, syncJob{s: s, from: s.synced, to: s.idx.end, dir: s.needDirSync})
+	}
+	waiters := j.waiters
+	j.waiters = j.idleWaiters[:0]
+	j.idleWaiters = nil
+	j.mu.Unlock()
+	j.jobs = jobs
+
+	// No lock is held while syncing: Compact never unmaps a segment that is
+	// still listed dirty, and Close stops this goroutine before unmapping.
+	var err error
+	if j.opts.Sync != SyncNone {
+		for _, jb := range jobs {
+			if jb.to > jb.from {
+				if err = j.syncRange(jb.s, jb.from, jb.to); err != nil {
+					break
+				}
+			}
+			if jb.dir {
+				if err = j.syncDirFn(); err != nil {
+					break
+				}
+			}
+		}
+	}
+	if err != nil {
+		j.fail(err, waiters)
+		return
+	}
+	j.mu.Lock()
+	for _, jb := range jobs {
+		jb.s.synced = jb.to
+		if jb.dir {
+			jb.s.needDirSync = false
+		}
+	}
+	keep := j.dirty[:0]
+	for _, s := range j.dirty {
+		if s.synced < s.idx.end || s.needDirSync {
+			keep = append(keep, s)
+		} else {
+			s.inDirty = false
+		}
+	}
+	clear(j.dirty[len(keep):])
+	j.dirty = keep
+	j.mu.Unlock()
+	if target > j.durable.Load() {
+		j.durable.Store(target)
+	}
+	for _, w := range waiters {
+		w.cb(w.last, nil)
+	}
+	clear(waiters)
+	j.mu.Lock()
+	j.idleWaiters = waiters[:0]
+	j.mu.Unlock()
+}
+
+// fail makes err the journal's fatal error and hands it to every waiter.
+func (j *Journal) fail(err error, taken []waiter) {
+	j.mu.Lock()
+	if j.fatal == nil {
+		j.fatal = fmt.Errorf("%w: %w", ErrSyncFailed, err)
+		j.log.Error("journal stopped", "err", err)
+	}
+	fatal := j.fatal
+	rest := j.waiters
+	j.waiters = nil
+	j.mu.Unlock()
+	for _, w := range taken {
+		w.cb(w.last, fatal)
+	}
+	for _, w := range rest {
+		w.cb(w.last, fatal)
+	}
+}
+
+func (j *Journal) requestSpare() {
+	select {
+	case j.needSpare <- struct{}{}:
+	default:
+	}
+}
+
+// prepareLoop keeps one spare segment ready so that a rollover costs a
+// rename, not a fallocate and an fsync under the append mutex.
+func (j *Journal) prepareLoop() {
+	defer j.wg.Done()
+	for {
+		select {
+		case <-j.stop:
+			return
+		case <-j.needSpare:
+		}
+		if len(j.spares) > 0 {
+			continue
+		}
+		s, err := createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend)
+		if err != nil {
+			j.log.Warn("cannot prepare the next segment", "err", err)
+			continue
+		}
+		select {
+		case j.spares <- s:
+		default:
+			j.discardSpare(s)
+		}
+	}
+}
+
+// takeSpare returns a prepared spare, or makes one now.
+func (j *Journal) takeSpare() (*segment, error) {
+	defer j.requestSpare()
+	select {
+	case s := <-j.spares:
+		return s, nil
+	default:
+	}
+	return createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend)
+}
+
+func (j *Journal) discardSpare(s *segment) {
+	name := s.name
+	s.release()
+	os.Remove(filepath.Join(j.dirPath, name))
+}
+
+// Close makes everything appended durable (except under SyncNone), runs the
+// remaining callbacks, and releases the files. It returns the fatal error,
+// if the journal had one.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return ErrClosed
+	}
+	j.closed = true
+	j.mu.Unlock()
+	close(j.stop)
+	j.wg.Wait()
+	for len(j.spares) > 0 {
+		j.discardSpare(<-j.spares)
+	}
+	j.rw.Lock()
+	err := j.releaseAll()
+	j.rw.Unlock()
+	if f := j.Err(); f != nil {
+		return f
+	}
+	return err
+}

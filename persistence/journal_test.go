@@ -1,0 +1,567 @@
+package persistence
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const testSegmentBytes = 64 << 10
+
+func openT(t testing.TB, opts Options) *Journal {
+	t.Helper()
+	if opts.SegmentSizeBytes == 0 {
+		opts.SegmentSizeBytes = testSegmentBytes
+	}
+	j, err := Open(opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return j
+}
+
+func closeT(t testing.TB, j *Journal) {
+	t.Helper()
+	if err := j.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+func payloadFor(lsnHint, size int) []byte {
+	p := make([]byte, size)
+	for i := range p {
+		p[i] = byte(lsnHint*31 + i)
+	}
+	return p
+}
+
+func appendN(t testing.TB, j *Journal, n, stream, size int) []uint64 {
+	t.Helper()
+	var lsns []uint64
+	for i := range n {
+		l, err := j.AppendWait(context.Background(), Entry{Stream: uint64(stream), Type: 1, Payload: payloadFor(i, size)})
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		lsns = append(lsns, l)
+	}
+	return lsns
+}
+
+// all replays j and returns the records (payloads copied).
+func all(t testing.TB, j *Journal) (snaps map[uint64]string, recs []Record) {
+	t.Helper()
+	snaps = map[uint64]string{}
+	err := j.Replay(func(stream, lsn uint64, data []byte) error {
+		snaps[stream] = fmt.Sprintf("%d:%s", lsn, data)
+		return nil
+	}, func(r Record) error {
+		r.Payload = bytes.Clone(r.Payload)
+		recs = append(recs, r)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Replay: %v", err)
+	}
+	return snaps, recs
+}
+
+func TestAppendAssignsGapFreeLSNs(t *testing.T) {
+	dir := t.TempDir()
+	j := openT(t, Options{Dir: dir})
+	if j.LastLSN() != 0 || j.DurableLSN() != 0 {
+		t.Fatalf("fresh journal at %d/%d", j.LastLSN(), j.DurableLSN())
+	}
+	first, last, err := j.Append([]Entry{{Stream: 1, Type: 1, Payload: []byte("a")}, {Stream: 2, Type: 2, Payload: []byte("b")}}, nil)
+	if err != nil || first != 1 || last != 2 {
+		t.Fatalf("Append: %d %d %v", first, last, err)
+	}
+	l, err := j.AppendWait(context.Background(), Entry{Stream: 1, Type: 3, Payload: []byte("c")})
+	if err != nil || l != 3 || j.DurableLSN() < 3 {
+		t.Fatalf("AppendWait: %d %v durable %d", l, err, j.DurableLSN())
+	}
+	closeT(t, j)
+	j = openT(t, Options{Dir: dir})
+	defer closeT(t, j)
+	_, recs := all(t, j)
+	want := []string{"1/1/1/a", "2/2/2/b", "3/1/3/c"}
+	var got []string
+	for _, r := range recs {
+		got = append(got, fmt.Sprintf("%d/%d/%d/%s", r.LSN, r.Stream, r.Type, r.Payload))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	if rep := j.Report(); rep.Records != 3 || rep.LastLSN != 3 || rep.TruncatedBytes != 0 || rep.Segments != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	if l, _ := j.AppendWait(context.Background(), Entry{Stream: 1, Type: 1}); l != 4 {
+		t.Fatalf("after reopen LSN %d, want 4", l)
+	}
+}
+
+func TestAppendRefusesBadInput(t *testing.T) {
+	j := openT(t, Options{Dir: t.TempDir()})
+	defer closeT(t, j)
+	if _, _, err := j.Append(nil, nil); !errors.Is(err, ErrNoEntries) {
+		t.Errorf("empty: %v", err)
+	}
+	for _, typ := range []uint8{0, 250, 255} {
+		if _, _, err := j.Append([]Entry{{Type: typ}}, nil); !errors.Is(err, ErrInvalidType) {
+			t.Errorf("type %d: %v", typ, err)
+		}
+	}
+	limit := MaxPayloadBytes(testSegmentBytes)
+	_, _, err := j.Append([]Entry{{Type: 1, Payload: make([]byte, limit+1)}}, nil)
+	var tl *RecordTooLargeError
+	if !errors.As(err, &tl) || !errors.Is(err, ErrTooLarge) || tl.LimitBytes != limit || !strings.Contains(err.Error(), fmt.Sprint(limit)) {
+		t.Fatalf("too large: %v", err)
+	}
+	// The largest allowed record fills a segment on its own.
+	if _, err := j.AppendWait(context.Background(), Entry{Type: 1, Payload: make([]byte, limit)}); err != nil {
+		t.Fatalf("limit-sized record: %v", err)
+	}
+	if j.LastLSN() != 1 {
+		t.Fatalf("refused appends took LSNs: last %d", j.LastLSN())
+	}
+}
+
+func TestCallbacksInLSNOrderAcrossSegments(t *testing.T) {
+	dir := t.TempDir()
+	j := openT(t, Options{Dir: dir})
+	const appenders, per = 8, 300
+	var mu sync.Mutex
+	var acked []uint64
+	var wg sync.WaitGroup
+	for a := range appenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				done := make(chan struct{})
+				// Batches of 1..3 entries, some spanning a segment boundary.
+				n := 1 + (a+i)%3
+				es := make([]Entry, n)
+				for k := range es {
+					es[k] = Entry{Stream: uint64(a), Type: 1, Payload: payloadFor(i, 200+a*10)}
+				}
+				_, _, err := j.Append(es, func(last uint64, err error) {
+					if err != nil {
+						t.Error(err)
+					}
+					mu.Lock()
+					acked = append(acked, last)
+					mu.Unlock()
+					close(done)
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				<-done
+			}
+		}()
+	}
+	wg.Wait()
+	if !slices.IsSorted(acked) {
+		t.Fatal("callbacks out of LSN order")
+	}
+	last := j.LastLSN()
+	closeT(t, j)
+	j = openT(t, Options{Dir: dir})
+	defer closeT(t, j)
+	rep := j.Report()
+	if rep.LastLSN != last || rep.Records != last || rep.Segments < 3 {
+		t.Fatalf("report %+v, last %d", rep, last)
+	}
+	_, recs := all(t, j)
+	for i, r := range recs {
+		if r.LSN != uint64(i+1) {
+			t.Fatalf("record %d has LSN %d", i, r.LSN)
+		}
+	}
+}
+
+func TestReadStream(t *testing.T) {
+	j := openT(t, Options{Dir: t.TempDir()})
+	defer closeT(t, j)
+	for i := range 600 {
+		if _, _, err := j.Append([]Entry{{Stream: uint64(i % 3), Type: 1, Payload: payloadFor(i, 300)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := j.AppendWait(context.Background(), Entry{Stream: 9, Type: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	if err := j.ReadStream(1, 300, func(r Record) error {
+		if r.Stream != 1 || !bytes.Equal(r.Payload, payloadFor(int(r.LSN-1), 300)) {
+			t.Fatalf("bad record %d", r.LSN)
+		}
+		got = append(got, r.LSN)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 100 || got[0] != 302 || got[99] != 599 {
+		t.Fatalf("got %d records %v..", len(got), got[:3])
+	}
+	stop := errors.New("stop")
+	if err := j.ReadStream(1, 0, func(Record) error { return stop }); err != stop {
+		t.Fatalf("callback error not returned: %v", err)
+	}
+}
+
+func TestSnapshotsReplayAndFallback(t *testing.T) {
+	dir := t.TempDir()
+	j := openT(t, Options{Dir: dir})
+	appendN(t, j, 10, 1, 10) // LSN 1..10
+	appendN(t, j, 5, 2, 10)  // 11..15
+	if err := j.WriteSnapshot(1, 5, []byte("s1@5")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.WriteSnapshot(1, 8, []byte("s1@8")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.WriteSnapshot(1, 7, nil); !errors.Is(err, ErrBadLSN) {
+		t.Fatalf("older snapshot: %v", err)
+	}
+	if err := j.WriteSnapshot(1, 99, nil); !errors.Is(err, ErrBadLSN) {
+		t.Fatalf("future snapshot: %v", err)
+	}
+	if lsn, data, err := j.LatestSnapshot(1); err != nil || lsn != 8 || string(data) != "s1@8" {
+		t.Fatalf("LatestSnapshot: %d %q %v", lsn, data, err)
+	}
+	closeT(t, j)
+
+	check := func(wantSnap string, wantStream1 []uint64, rep RecoveryReport) {
+		t.Helper()
+		j := openT(t, Options{Dir: dir})
+		defer closeT(t, j)
+		snaps, recs := all(t, j)
+		if snaps[1] != wantSnap || len(snaps) != 1 {
+			t.Fatalf("snapshots %v, want %q", snaps, wantSnap)
+		}
+		var s1 []uint64
+		for _, r := range recs {
+			if r.Stream == 1 {
+				s1 = append(s1, r.LSN)
+			}
+		}
+		if !slices.Equal(s1, wantStream1) {
+			t.Fatalf("stream 1 records %v, want %v", s1, wantStream1)
+		}
+		if got := j.Report(); got.Snapshots != rep.Snapshots || got.FallbackSnapshots != rep.FallbackSnapshots {
+			t.Fatalf("report %+v", got)
+		}
+	}
+	check("8:s1@8", []uint64{9, 10}, RecoveryReport{Snapshots: 1})
+	// Corrupt the newest snapshot: Open falls back to the previous one.
+	newest := filepath.Join(dir, snapshotName(1, 8))
+	b, _ := os.ReadFile(newest)
+	b[len(b)-1] ^= 1
+	os.WriteFile(newest, b, 0o644)
+	check("5:s1@5", []uint64{6, 7, 8, 9, 10}, RecoveryReport{Snapshots: 1, FallbackSnapshots: 1})
+	if _, err := os.Stat(newest + corruptSuffix); err != nil {
+		t.Fatalf("corrupt snapshot not kept aside: %v", err)
+	}
+	// A leftover temporary snapshot is ignored and removed.
+	os.WriteFile(filepath.Join(dir, snapshotName(1, 9)+tmpSuffix), []byte("half"), 0o644)
+	check("5:s1@5", []uint64{6, 7, 8, 9, 10}, RecoveryReport{Snapshots: 1})
+	if _, err := os.Stat(filepath.Join(dir, snapshotName(1, 9)+tmpSuffix)); !os.IsNotExist(err) {
+		t.Fatal("temporary snapshot left behind")
+	}
+}
+
+func TestSnapshotRetentionKeepsTwo(t *testing.T) {
+	dir := t.TempDir()
+	j := openT(t, Options{Dir: dir})
+	defer closeT(t, j)
+	appendN(t, j, 5, 1, 1)
+	for lsn := uint64(1); lsn <= 5; lsn++ {
+		if err := j.WriteSnapshot(1, lsn, []byte{byte(lsn)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, _ := filepath.Glob(filepath.Join(dir, "*"+snapshotSuffix))
+	if len(m) != 2 {
+		t.Fatalf("snapshot files %v", m)
+	}
+}
+
+func TestDropStreamIsDurable(t *testing.T) {
+	dir := t.TempDir()
+	j := openT(t, Options{Dir: dir})
+	appendN(t, j, 3, 1, 4)
+	appendN(t, j, 3, 2, 4)
+	if err := j.WriteSnapshot(1, 2, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.DropStream(1); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, j, 1, 1, 4) // a new history under the same id
+	closeT(t, j)
+	j = openT(t, Options{Dir: dir})
+	defer closeT(t, j)
+	snaps, recs := all(t, j)
+	if len(snaps) != 0 {
+		t.Fatalf("dropped stream's snapshot resurrected: %v", snaps)
+	}
+	var got []string
+	for _, r := range recs {
+		got = append(got, fmt.Sprintf("%d@%d", r.Stream, r.LSN))
+	}
+	if want := []string{"2@4", "2@5", "2@6", "1@8"}; !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	var s1 []uint64
+	j.ReadStream(1, 0, func(r Record) error { s1 = append(s1, r.LSN); return nil })
+	if !slices.Equal(s1, []uint64{8}) {
+		t.Fatalf("ReadStream after drop: %v", s1)
+	}
+}
+
+func TestCompactDeletesCoveredSegmentsAndNamesPinners(t *testing.T) {
+	dir := t.TempDir()
+	j := openT(t, Options{Dir: dir})
+	// Streams 1 and 2 interleave over several segments; stream 3 writes once.
+	appendN(t, j, 1, 3, 100)
+	for i := range 400 {
+		if _, _, err := j.Append([]Entry{{Stream: uint64(1 + i%2), Type: 1, Payload: payloadFor(i, 500)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, _ := j.AppendWait(context.Background(), Entry{Stream: 1, Type: 1})
+	segsBefore := len(j.segs)
+	if segsBefore < 3 {
+		t.Fatalf("only %d segments", segsBefore)
+	}
+	rep, err := j.Compact()
+	if err != nil || len(rep.DeletedSegments) != 0 || !slices.Equal(rep.PinnedBy, []uint64{1, 2, 3}) {
+		t.Fatalf("nothing covered: %+v %v", rep, err)
+	}
+	if err := j.DropStream(3); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []uint64{1, 2} {
+		if err := j.WriteSnapshot(s, last, []byte("all")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err = j.Compact()
+	if err != nil || len(rep.DeletedSegments) != segsBefore-1 || len(rep.PinnedBy) != 0 {
+		t.Fatalf("all covered: %+v %v (segments before %d)", rep, err, segsBefore)
+	}
+	for _, n := range rep.DeletedSegments {
+		if _, err := os.Stat(filepath.Join(dir, n)); !os.IsNotExist(err) {
+			t.Fatalf("%s still there", n)
+		}
+	}
+	closeT(t, j)
+	j = openT(t, Options{Dir: dir})
+	defer closeT(t, j)
+	snaps, recs := all(t, j)
+	if len(snaps) != 2 {
+		t.Fatalf("snapshots %v", snaps)
+	}
+	for _, r := range recs {
+		if r.LSN <= last {
+			t.Fatalf("record %d replayed though covered", r.LSN)
+		}
+	}
+	if l, _ := j.AppendWait(context.Background(), Entry{Stream: 1, Type: 1}); l != j.Report().LastLSN+1 {
+		t.Fatalf("LSN after compaction %d", l)
+	}
+}
+
+// A stream's first snapshot releases what it covers; later, the fallback
+// (second-newest) snapshot decides, so falling back never needs a deleted record.
+func TestCompactHonoursFallbackSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	j := openT(t, Options{Dir: dir})
+	for i := range 300 {
+		j.Append([]Entry{{Stream: 1, Type: 1, Payload: payloadFor(i, 500)}}, nil)
+	}
+	mid, _ := j.AppendWait(context.Background(), Entry{Stream: 1, Type: 1})
+	for i := range 300 {
+		j.Append([]Entry{{Stream: 1, Type: 1, Payload: payloadFor(i, 500)}}, nil)
+	}
+	last, _ := j.AppendWait(context.Background(), Entry{Stream: 1, Type: 1})
+	if err := j.WriteSnapshot(1, mid, []byte("mid")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.WriteSnapshot(1, last, []byte("last")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	if first := j.segs[0].idx.firstLSN; first > mid+1 {
+		t.Fatalf("compaction deleted records after the fallback snapshot: first LSN %d, fallback %d", first, mid)
+	}
+	closeT(t, j)
+	b, _ := os.ReadFile(filepath.Join(dir, snapshotName(1, last)))
+	b[len(b)-1] ^= 0xFF
+	os.WriteFile(filepath.Join(dir, snapshotName(1, last)), b, 0o644)
+	j = openT(t, Options{Dir: dir})
+	defer closeT(t, j)
+	snaps, recs := all(t, j)
+	if snaps[1] != fmt.Sprintf("%d:mid", mid) || len(recs) != int(last-mid) || recs[0].LSN != mid+1 {
+		t.Fatalf("fallback replay: %v, %d records", snaps, len(recs))
+	}
+}
+
+func TestFatalSyncError(t *testing.T) {
+	j := openT(t, Options{Dir: t.TempDir()})
+	appendN(t, j, 2, 1, 8)
+	boom := errors.New("EIO")
+	j.mu.Lock()
+	j.syncRange = func(*segment, int, int) error { return boom }
+	j.mu.Unlock()
+	var cbErrs []error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		if _, _, err := j.Append([]Entry{{Type: 1}}, func(_ uint64, err error) {
+			mu.Lock()
+			cbErrs = append(cbErrs, err)
+			mu.Unlock()
+			wg.Done()
+		}); err != nil {
+			wg.Done() // already failed
+		}
+	}
+	wg.Wait()
+	for _, err := range cbErrs {
+		if !errors.Is(err, ErrSyncFailed) || !errors.Is(err, boom) {
+			t.Fatalf("callback error %v", err)
+		}
+	}
+	if !errors.Is(j.Err(), ErrSyncFailed) {
+		t.Fatalf("Err() = %v", j.Err())
+	}
+	if _, _, err := j.Append([]Entry{{Type: 1}}, nil); !errors.Is(err, ErrSyncFailed) {
+		t.Fatalf("append after fatal: %v", err)
+	}
+	if j.DurableLSN() != 2 {
+		t.Fatalf("durable LSN moved past the failure: %d", j.DurableLSN())
+	}
+	if err := j.WriteSnapshot(1, 1, nil); !errors.Is(err, ErrSyncFailed) {
+		t.Fatalf("snapshot after fatal: %v", err)
+	}
+	if err := j.Close(); !errors.Is(err, ErrSyncFailed) {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+func TestSyncPolicies(t *testing.T) {
+	for _, p := range []SyncPolicy{SyncInterval, SyncNone} {
+		t.Run(p.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			j := openT(t, Options{Dir: dir, Sync: p, SyncIntervalMs: 2})
+			var calls int
+			j.syncRange = func(s *segment, from, to int) error { calls++; return s.sync(from, to) }
+			start := time.Now()
+			appendN(t, j, 20, 1, 16)
+			if p == SyncInterval && time.Since(start) < 20*2*time.Millisecond/2 {
+				t.Errorf("20 interval acks took only %v", time.Since(start))
+			}
+			closeT(t, j)
+			if p == SyncNone && calls != 0 {
+				t.Errorf("SyncNone synced %d times", calls)
+			}
+			j = openT(t, Options{Dir: dir})
+			defer closeT(t, j)
+			if _, recs := all(t, j); len(recs) != 20 {
+				t.Fatalf("%d records", len(recs))
+			}
+		})
+	}
+}
+
+func TestOpenOptionsAndLock(t *testing.T) {
+	dir := t.TempDir()
+	for _, o := range []Options{{}, {Dir: dir, SegmentSizeBytes: 100}, {Dir: dir, Sync: 7}} {
+		if _, err := Open(o); err == nil {
+			t.Errorf("Open(%+v) succeeded", o)
+		}
+	}
+	j := openT(t, Options{Dir: dir})
+	if _, err := Open(Options{Dir: dir}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open: %v", err)
+	}
+	closeT(t, j)
+	if err := j.Close(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, _, err := j.Append([]Entry{{Type: 1}}, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Append after Close: %v", err)
+	}
+	if err := j.Replay(nil, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Replay after Close: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, segmentName(1))); err != nil || fi.Size() != testSegmentBytes {
+		t.Fatalf("segment not preallocated: %v %v", fi, err)
+	}
+}
+
+func TestAppendWaitContext(t *testing.T) {
+	j := openT(t, Options{Dir: t.TempDir(), Sync: SyncInterval, SyncIntervalMs: 1000})
+	defer closeT(t, j)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := j.AppendWait(ctx, Entry{Type: 1}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// Replay's callbacks may append, wait and snapshot while Compact runs
+// concurrently: the flusher takes no reader lock, and Compact releases the
+// snapshot lock before waiting for readers.
+func TestReplayCallbacksMayAppendDuringCompact(t *testing.T) {
+	j := openT(t, Options{Dir: t.TempDir()})
+	defer closeT(t, j)
+	for i := range 400 {
+		j.Append([]Entry{{Stream: 1, Type: 1, Payload: payloadFor(i, 500)}}, nil)
+	}
+	last, _ := j.AppendWait(context.Background(), Entry{Stream: 1, Type: 1})
+	compacted := make(chan error, 1)
+	n := 0
+	err := j.Replay(nil, func(r Record) error {
+		n++
+		if n == 1 {
+			go func() { _, err := j.Compact(); compacted <- err }()
+			time.Sleep(10 * time.Millisecond) // let Compact queue for the write lock
+		}
+		if n%100 == 0 {
+			if _, err := j.AppendWait(context.Background(), Entry{Stream: 2, Type: 1}); err != nil {
+				return err
+			}
+			if err := j.WriteSnapshot(1, last, []byte("s")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil || n < 400 {
+		t.Fatalf("replay: %d records, %v", n, err)
+	}
+	select {
+	case err := <-compacted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Compact deadlocked")
+	}
+}

@@ -1,0 +1,161 @@
+package persistence
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+type segView struct {
+	s   *segment
+	end int
+}
+
+// view copies, under j.mu, what a reader needs: the segments and how far
+// they are written, the durable limit, and (if stream is set) which segments
+// hold the stream at or after from. The caller holds j.rw shared.
+func (j *Journal) view(stream *uint64, from uint64) (views []segView, limit uint64, drops map[uint64]uint64, err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return nil, 0, nil, ErrClosed
+	}
+	limit = j.durable.Load()
+	for _, s := range j.segs {
+		if stream != nil {
+			if maxLSN, ok := s.idx.streams[*stream]; !ok || maxLSN < from {
+				continue
+			}
+		}
+		views = append(views, segView{s: s, end: s.idx.end})
+	}
+	return views, limit, maps.Clone(j.drops), nil
+}
+
+// iterate decodes, checksum included, every record of views up to limit.
+func iterate(views []segView, limit uint64, fn func(Record) error) error {
+	for _, v := range views {
+		buf := v.s.buf[:v.end]
+		next := v.s.idx.firstLSN
+		for off := SegmentHeaderSize; off < v.end; {
+			r, _, n, err := decodeFrame(buf[off:], v.s.seed)
+			if err == nil && r.LSN != next {
+				err = fmt.Errorf("%w: found %d, expected %d", ErrLSN, r.LSN, next)
+			}
+			if err != nil {
+				return &CorruptionError{File: v.s.name, Offset: int64(off), Reason: "reading: " + err.Error()}
+			}
+			if r.LSN > limit {
+				return nil
+			}
+			if err := fn(r); err != nil {
+				return err
+			}
+			off += n
+			next++
+		}
+	}
+	return nil
+}
+
+// Replay hands the journal's contents to the caller: first, for each stream
+// with a snapshot, in ascending stream order, onSnapshot(stream, lsn, data);
+// then, in global LSN order, onRecord for every durable record whose LSN is
+// greater than its stream's snapshot LSN. Records of dropped streams and the
+// journal's internal records are skipped. Either callback may be nil; an
+// error from one stops the replay and is returned. A Record's Payload aliases
+// the mapping and is valid only during the call; snapshot data is the
+// caller's. Callbacks may Append but must not call Compact or Close.
+func (j *Journal) Replay(onSnapshot func(stream, lsn uint64, data []byte) error, onRecord func(Record) error) error {
+	// Open the newest snapshot files first, under snapMu, so a concurrent
+	// WriteSnapshot cannot delete one between choosing and reading it.
+	type openSnap struct {
+		stream, lsn uint64
+		f           *os.File
+		name        string
+	}
+	j.snapMu.Lock()
+	j.mu.Lock()
+	streams := slices.Sorted(maps.Keys(j.snaps))
+	var opened []openSnap
+	for _, s := range streams {
+		in := j.snaps[s][0]
+		opened = append(opened, openSnap{stream: s, lsn: in.lsn, name: in.name})
+	}
+	j.mu.Unlock()
+	var err error
+	for i := range opened {
+		if opened[i].f, err = os.Open(filepath.Join(j.dirPath, opened[i].name)); err != nil {
+			break
+		}
+	}
+	j.snapMu.Unlock()
+	defer func() {
+		for _, o := range opened {
+			if o.f != nil {
+				o.f.Close()
+			}
+		}
+	}()
+	if err != nil {
+		return fmt.Errorf("persistence: %w", err)
+	}
+
+	j.rw.RLock()
+	defer j.rw.RUnlock()
+	views, limit, drops, err := j.view(nil, 0)
+	if err != nil {
+		return err
+	}
+	snapLSN := make(map[uint64]uint64, len(opened))
+	for _, o := range opened {
+		data, err := readSnapshotFile(o.f, o.name)
+		if err != nil {
+			return err
+		}
+		snapLSN[o.stream] = o.lsn
+		if onSnapshot != nil {
+			if err := onSnapshot(o.stream, o.lsn, data); err != nil {
+				return err
+			}
+		}
+	}
+	return iterate(views, limit, func(r Record) error {
+		if r.Type > MaxUserType {
+			return nil
+		}
+		if len(snapLSN) > 0 && r.LSN <= snapLSN[r.Stream] {
+			return nil
+		}
+		if len(drops) > 0 && r.LSN < drops[r.Stream] {
+			return nil
+		}
+		if onRecord == nil {
+			return nil
+		}
+		return onRecord(r)
+	})
+}
+
+// ReadStream calls fn, in LSN order, for every durable record of stream with
+// an LSN of at least fromLSN that the journal still holds (compaction removes
+// what snapshots cover; see LatestSnapshot). Records before the stream's
+// latest DropStream are skipped. A Record's Payload aliases the mapping and
+// is valid only during the call. fn must not call Compact or Close.
+func (j *Journal) ReadStream(stream, fromLSN uint64, fn func(Record) error) error {
+	j.rw.RLock()
+	defer j.rw.RUnlock()
+	views, limit, drops, err := j.view(&stream, fromLSN)
+	if err != nil {
+		return err
+	}
+	drop := drops[stream]
+	return iterate(views, limit, func(r Record) error {
+		if r.Stream != stream || r.LSN < fromLSN || r.LSN < drop || r.Type > MaxUserType {
+			return nil
+		}
+		return fn(r)
+	})
+}

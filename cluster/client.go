@@ -34,6 +34,8 @@ type ClientConfig struct {
 	Servers []string // remote addresses of some or all servers
 	Listen  string   // local remote address for replies; default 127.0.0.1:0
 	Log     *slog.Logger
+	// ActorLogLevel is the level from which proto.actor's own logs pass (default WARN).
+	ActorLogLevel slog.Level
 }
 
 // Client is the Go API for jobs: it generates snowflake ids with a leased node id,
@@ -56,7 +58,10 @@ type Client struct {
 	wg     sync.WaitGroup
 }
 
-func newSystem(log *slog.Logger, listen string) (*actor.ActorSystem, *remote.Remote, error) {
+func newSystem(log *slog.Logger, listen string, level slog.Level) (*actor.ActorSystem, *remote.Remote, error) {
+	if level == 0 {
+		level = slog.LevelWarn
+	}
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
@@ -64,7 +69,7 @@ func newSystem(log *slog.Logger, listen string) (*actor.ActorSystem, *remote.Rem
 	if err != nil {
 		return nil, nil, err
 	}
-	sys := actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(actorLogger(log, slog.LevelWarn))))
+	sys := actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(actorLogger(log, level))))
 	r := remote.NewRemote(sys, remote.Configure(host, port))
 	var startErr error
 	func() {
@@ -87,7 +92,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	sys, rem, err := newSystem(cfg.Log, cfg.Listen)
+	sys, rem, err := newSystem(cfg.Log, cfg.Listen, cfg.ActorLogLevel)
 	if err != nil {
 		return nil, err
 	}

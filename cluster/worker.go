@@ -36,6 +36,8 @@ type WorkerConfig struct {
 	Capacity int    // handler pool size; default 64
 	Listen   string // default 127.0.0.1:0
 	Log      *slog.Logger
+	// ActorLogLevel is the level from which proto.actor's own logs pass (default WARN).
+	ActorLogLevel slog.Level
 	// OnRun, if set, is called after each executed run with its result.
 	OnRun func(r *Run, res *messages.RunResult)
 }
@@ -82,7 +84,7 @@ func (w *Worker) ID() string { return w.cfg.ID }
 
 // Start connects the worker and begins heartbeating; dispatches arrive from then on.
 func (w *Worker) Start() error {
-	sys, rem, err := newSystem(w.cfg.Log, w.cfg.Listen)
+	sys, rem, err := newSystem(w.cfg.Log, w.cfg.Listen, w.cfg.ActorLogLevel)
 	if err != nil {
 		return err
 	}

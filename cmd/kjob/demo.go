@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"sync"
@@ -27,7 +28,10 @@ func demoCmd() *cobra.Command {
 				data = d
 			}
 			log := logger()
-			n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, DataDir: data, Log: log})
+			// The demo tears everything down at the end; proto.actor's connection-lost
+			// errors at that moment are noise, so only the demo's own lines show.
+			quiet := slog.LevelError + 4
+			n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, DataDir: data, Log: log, ActorLogLevel: quiet})
 			if err != nil {
 				return err
 			}
@@ -36,7 +40,7 @@ func demoCmd() *cobra.Command {
 			var mu sync.Mutex
 			var lines []string
 			fired := make(chan struct{}, 64)
-			w, err := cluster.NewWorker(cluster.WorkerConfig{Servers: servers, App: "demo", Log: log,
+			w, err := cluster.NewWorker(cluster.WorkerConfig{Servers: servers, App: "demo", Log: log, ActorLogLevel: quiet,
 				OnRun: func(r *cluster.Run, res *messages.RunResult) {
 					mu.Lock()
 					lines = append(lines, fmt.Sprintf("fired %-6s job %d run %s attempt %d: due %s, started %s, late %d ms, %s",
@@ -56,7 +60,7 @@ func demoCmd() *cobra.Command {
 			defer w.Stop()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			cl, err := cluster.NewClient(ctx, cluster.ClientConfig{Servers: servers, Log: log})
+			cl, err := cluster.NewClient(ctx, cluster.ClientConfig{Servers: servers, Log: log, ActorLogLevel: quiet})
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,106 @@
+package wheel
+
+import "fmt"
+
+// check verifies every structural invariant of w outside Advance and
+// returns the first violation found.
+func (w *Wheel) check() error {
+	if w.advancing || w.firing != noBucket {
+		return fmt.Errorf("advancing=%v firing=%d outside Advance", w.advancing, w.firing)
+	}
+	if w.elapsed != key(w.now) {
+		return fmt.Errorf("elapsed %d != key(now %d)", w.elapsed, w.now)
+	}
+	total := 0
+	var levelsSeen uint16
+	for b := int32(0); b < numBuckets; b++ {
+		bk := &w.buckets[b]
+		if bk.head != 0 {
+			return fmt.Errorf("bucket %d: head %d outside Advance", b, bk.head)
+		}
+		live := 0
+		var minDue int64
+		for pos, el := range bk.els {
+			i := elIndex(el)
+			if i == 0 {
+				continue
+			}
+			if i <= 0 || i >= w.size {
+				return fmt.Errorf("bucket %d: bad index %d", b, i)
+			}
+			e := w.at(i)
+			if b < 64 {
+				if uint32(el>>32) != e.gen || bk.pay[pos] != e.payload {
+					return fmt.Errorf("slot %d: element %d keeps gen %d payload %d, entry has %d %d", b, pos, el>>32, bk.pay[pos], e.gen, e.payload)
+				}
+			} else if uint32(el>>32) != uint32(key(e.due)) {
+				return fmt.Errorf("bucket %d: element %d keeps key bits %x, entry due %d", b, pos, el>>32, e.due)
+			}
+			if int(e.loc&posMask) != pos {
+				return fmt.Errorf("bucket %d: entry %d at %d says position %d", b, i, pos, e.loc&posMask)
+			}
+			switch kind := e.loc & kindMask; {
+			case b == firingBucket:
+				return fmt.Errorf("firing bucket not empty outside Advance")
+			case b == overdueBucket:
+				if kind != kindOverdue || e.due > w.now {
+					return fmt.Errorf("overdue entry %d: kind %x due %d now %d", i, kind, e.due, w.now)
+				}
+			default:
+				if kind != kindWheel || key(e.due) <= w.elapsed {
+					return fmt.Errorf("slot %d: entry %d kind %x due %d now %d", b, i, kind, e.due, w.now)
+				}
+				if want := w.slotOf(key(e.due)); want != b {
+					return fmt.Errorf("entry %d due %d in slot %d, want %d", i, e.due, b, want)
+				}
+			}
+			if live == 0 || e.due < minDue {
+				minDue = e.due
+			}
+			live++
+		}
+		if live != int(bk.live) {
+			return fmt.Errorf("bucket %d: %d live elements, count says %d", b, live, bk.live)
+		}
+		if b < 64 && len(bk.pay) != len(bk.els) || b >= 64 && len(bk.pay) != 0 {
+			return fmt.Errorf("bucket %d: %d payloads for %d elements", b, len(bk.pay), len(bk.els))
+		}
+		if (live == 0) != (len(bk.els) == 0) {
+			return fmt.Errorf("bucket %d: %d live in an array of %d", b, live, len(bk.els))
+		}
+		if dead := len(bk.els) - live; dead > live && dead >= compactSlack {
+			return fmt.Errorf("bucket %d: %d tombstones for %d live: not compacted", b, dead, live)
+		}
+		if live > 0 && bk.minOK && bk.minDue != minDue {
+			return fmt.Errorf("bucket %d: cached min %d, actual %d", b, bk.minDue, minDue)
+		}
+		if b < numSlots {
+			if occ := w.occupied[b>>6]&(1<<(b&63)) != 0; occ != (live > 0) {
+				return fmt.Errorf("slot %d: occupied bit %v with %d live", b, occ, live)
+			}
+			if live > 0 {
+				levelsSeen |= 1 << levelOfBucket(b)
+			}
+		}
+		total += live
+	}
+	if levelsSeen != w.levelMask {
+		return fmt.Errorf("levelMask %b, occupied levels %b", w.levelMask, levelsSeen)
+	}
+	if total != w.count {
+		return fmt.Errorf("buckets hold %d entries, count is %d", total, w.count)
+	}
+	free := 0
+	for i := w.free; i != 0; i = int32(w.at(i).payload) {
+		if i < 0 || i >= w.size || w.at(i).loc != kindFree {
+			return fmt.Errorf("free list: bad entry %d", i)
+		}
+		if free++; free > int(w.size) {
+			return fmt.Errorf("free list cycle")
+		}
+	}
+	if free+total != int(w.size)-1 {
+		return fmt.Errorf("free %d + pending %d != slab entries %d", free, total, w.size-1)
+	}
+	return nil
+}

@@ -1,0 +1,837 @@
+package wheel
+
+import (
+	"cmp"
+	"math/bits"
+	"slices"
+)
+
+// Handle names one pending entry of a Wheel: the entry's slab index in the
+// low 32 bits, the generation of that slab slot in the high 32 bits. The
+// zero Handle is never valid (slab index 0 is never used).
+type Handle uint64
+
+// Geometry. Due times are mapped onto 64-bit keys (see key). Level 0 has 64
+// slots of 1 ms; level 1 has 1024 slots of 64 ms (10 key bits), so that a
+// timer due within about a minute is cascaded at most once before it
+// fires, and each cascade moves only 64 ms worth of timers; the levels
+// above have 64 slots (6 bits). Ten levels cover all 64 key bits, so every
+// int64 due time has a slot and the top levels are the overflow area: the
+// horizon is unbounded.
+const (
+	numLevels = 10
+	numSlots  = 64 + 1024 + (numLevels-2)*64 // wheel buckets
+	l2Base    = 64 + 1024                    // bucket of level 2, slot 0
+
+	// Buckets 0..numSlots-1 are the wheel slots, level by level (levelBase).
+	overdueBucket = numSlots     // due <= Now(): fires at the next Advance
+	firingBucket  = numSlots + 1 // the overdue batch of the running Advance
+	numBuckets    = numSlots + 2
+	noBucket      = -1
+
+	// lowKeyLevel is the highest level whose slots are placed by the low 32
+	// key bits alone (its shift is at most 32): buckets keep those bits
+	// beside each element so that a cascade from such a level, and the
+	// minimum of such a bucket, need not read the entries.
+	lowKeyLevel = 4
+
+	// entry.loc: the kind of bucket the entry is in, and its position there.
+	// A wheel entry's bucket is not stored: it follows from due and elapsed.
+	kindShift   = 30
+	posMask     = 1<<kindShift - 1
+	kindWheel   = 0 << kindShift
+	kindOverdue = 1 << kindShift
+	kindFiring  = 2 << kindShift
+	kindFree    = 3 << kindShift
+	kindMask    = 3 << kindShift
+
+	// maxEntries bounds pending entries so that a bucket position (at most
+	// twice the live entries plus compactSlack) always fits in 30 bits.
+	maxEntries = 1 << 29
+
+	// A bucket is compacted when it holds more tombstones than live
+	// elements, and at least compactSlack of them.
+	compactSlack = 16
+
+	// keepCap: a bucket emptied by firing or cascading keeps its array if
+	// it is this small; larger ones go back to the allocator, so memory
+	// follows the pending entries rather than their past peak.
+	keepCap = 256
+
+	chunkBits = 10 // 1024 entries (24 KiB) per slab chunk
+	chunkLen  = 1 << chunkBits
+	chunkMask = chunkLen - 1
+
+	signBit = 1 << 63
+)
+
+// levelShift is the position of level l's lowest key bit.
+func levelShift(l uint) uint {
+	switch l {
+	case 0:
+		return 0
+	case 1:
+		return 6
+	}
+	return 16 + (l-2)*6
+}
+
+// levelBits is the number of key bits (log2 of the slots) of level l.
+func levelBits(l uint) uint {
+	if l == 1 {
+		return 10
+	}
+	return 6
+}
+
+// levelBase is the bucket index of level l's slot 0; it is a multiple of 64.
+func levelBase(l uint) uint {
+	switch l {
+	case 0:
+		return 0
+	case 1:
+		return 64
+	}
+	return l2Base + (l-2)*64
+}
+
+// levelOfBit is the level whose slot digit holds key bit p.
+func levelOfBit(p uint) uint {
+	switch {
+	case p < 6:
+		return 0
+	case p < 16:
+		return 1
+	}
+	return 2 + (p-16)/6
+}
+
+// levelOfBucket is the level of wheel bucket b.
+func levelOfBucket(b int32) uint {
+	switch {
+	case b < 64:
+		return 0
+	case b < l2Base:
+		return 1
+	}
+	return 2 + uint(b-l2Base)>>6
+}
+
+// levelWords returns the occupancy words of level l.
+func (w *Wheel) levelWords(l uint) []uint64 {
+	lo := levelBase(l) >> 6
+	return w.occupied[lo : lo+max(1, uint(1)<<levelBits(l)>>6)]
+}
+
+// entry is one slab slot. It holds no pointers, so the garbage collector
+// never scans the slab; it is 24 bytes.
+type entry struct {
+	due     int64
+	payload uint64 // on the free list: index of the next free entry
+	gen     uint32 // bumped every time the entry fires or is cancelled
+	loc     uint32 // kind | position in its bucket
+}
+
+// bucket is one list of entries in insertion order. Each element packs the
+// low 32 bits of the entry's key (high half) and its slab index (low half);
+// an element whose index is 0 is a tombstone, left by an entry that was
+// cancelled or moved. A level-0 slot holds a single due time, so its
+// elements keep the entry's generation in the high half instead, and pay
+// keeps the payloads: firing then reads nothing from the slab, which it
+// would reach at random places, and only stores to it.
+type bucket struct {
+	els    []uint64
+	pay    []uint64 // level-0 slots only: pay[j] is the payload of els[j]
+	head   int32    // next position to fire (only moves while firing)
+	live   int32    // elements that are not tombstones
+	minDue int64    // exact earliest due of the live elements, if minOK
+	minOK  bool
+}
+
+func element(k uint64, i int32) uint64 { return uint64(uint32(k))<<32 | uint64(uint32(i)) }
+
+func elIndex(el uint64) int32 { return int32(uint32(el)) }
+
+// Wheel is a passive hierarchical timing wheel. See the package
+// documentation for its structure, cost and limits. A Wheel is not safe for
+// concurrent use.
+//
+// Invariants, outside Advance (the tests check them all):
+//   - an entry with due <= now is in the overdue bucket;
+//   - any other entry is in the wheel slot at the level whose digit holds
+//     the highest bit in which key(due) and elapsed differ, at the slot
+//     given by that digit of key(due); so a level's entries all lie in
+//     elapsed's slot of the level above, and the lowest occupied level, at
+//     its lowest occupied slot, holds the earliest entries;
+//   - in every bucket, live elements with equal due are in insertion order:
+//     insertion appends, tombstones and compaction keep order, and a
+//     cascade moves a bucket in order into lower levels, which are empty
+//     then because the lowest occupied level is always the one processed;
+//   - a bucket's array is empty exactly when it has no live element; the
+//     occupied bit of a wheel bucket is set exactly then; levelMask bit l
+//     is set exactly when level l has an occupied bucket;
+//   - an entry's loc names its kind and position: its bucket's element
+//     there holds its index and the low 32 bits of its key;
+//   - minOK implies minDue is exact.
+type Wheel struct {
+	chunks []*[chunkLen]entry // slab; chunks never move once allocated
+	size   int32              // slab high-water mark (index 0 unused)
+	free   int32              // head of the free list, 0 if empty
+	count  int                // pending entries
+
+	now     int64  // Now(); during Advance, the time being advanced to
+	elapsed uint64 // key the wheel slots are laid out relative to
+
+	levelMask uint16
+	advancing bool
+	firing    int32 // bucket being fired during Advance, or noBucket
+
+	occupied [numSlots / 64]uint64 // bit b%64 of word b/64: bucket b non-empty
+	buckets  [numBuckets]bucket
+}
+
+// key maps a due time onto the unsigned key space, preserving order.
+func key(ms int64) uint64 { return uint64(ms) ^ signBit }
+
+// unkey is the inverse of key.
+func unkey(k uint64) int64 { return int64(k ^ signBit) }
+
+// New returns an empty wheel whose clock starts at nowMs.
+func New(nowMs int64) *Wheel {
+	return &Wheel{
+		chunks:  []*[chunkLen]entry{new([chunkLen]entry)},
+		size:    1,
+		now:     nowMs,
+		elapsed: key(nowMs),
+		firing:  noBucket,
+	}
+}
+
+func (w *Wheel) at(i int32) *entry { return &w.chunks[i>>chunkBits][i&chunkMask] }
+
+func handleOf(i int32, e *entry) Handle { return Handle(uint64(e.gen)<<32 | uint64(uint32(i))) }
+
+// lookup returns the slab index and entry of the pending entry named by h,
+// or nil if h is stale, forged or zero.
+func (w *Wheel) lookup(h Handle) (int32, *entry) {
+	idx := uint32(h)
+	if idx == 0 || idx >= uint32(w.size) {
+		return 0, nil
+	}
+	i := int32(idx)
+	e := w.at(i)
+	if e.gen != uint32(h>>32) || e.loc&kindMask == kindFree {
+		return 0, nil
+	}
+	return i, e
+}
+
+func (w *Wheel) alloc() int32 {
+	if w.count >= maxEntries {
+		panic("wheel: too many pending entries")
+	}
+	if i := w.free; i != 0 {
+		w.free = int32(w.at(i).payload)
+		return i
+	}
+	i := w.size
+	if i&chunkMask == 0 {
+		w.chunks = append(w.chunks, new([chunkLen]entry))
+	}
+	w.size++
+	return i
+}
+
+func (w *Wheel) release(i int32, e *entry) {
+	e.gen++
+	e.loc = kindFree
+	e.payload = uint64(w.free)
+	w.free = i
+	w.count--
+}
+
+// slotOf returns the wheel bucket for key k, given elapsed.
+func (w *Wheel) slotOf(k uint64) int32 {
+	p := uint(bits.Len64((k^w.elapsed)|1) - 1)
+	l := levelOfBit(p)
+	slot := uint(k>>levelShift(l)) & (1<<levelBits(l) - 1)
+	return int32(levelBase(l) + slot)
+}
+
+// occupy marks wheel bucket b non-empty.
+func (w *Wheel) occupy(b int32) {
+	w.occupied[b>>6] |= 1 << (b & 63)
+	w.levelMask |= 1 << levelOfBucket(b)
+}
+
+// vacate marks wheel bucket b empty.
+func (w *Wheel) vacate(b int32) {
+	if w.occupied[b>>6] &^= 1 << (b & 63); w.occupied[b>>6] != 0 {
+		return
+	}
+	l := levelOfBucket(b)
+	for _, word := range w.levelWords(l) {
+		if word != 0 {
+			return
+		}
+	}
+	w.levelMask &^= 1 << l
+}
+
+// firstSlot returns the lowest occupied slot of occupied level l.
+func (w *Wheel) firstSlot(l uint) uint {
+	for j, word := range w.levelWords(l) {
+		if word != 0 {
+			return uint(j)*64 + uint(bits.TrailingZeros64(word))
+		}
+	}
+	panic("wheel: internal error: level marked occupied is empty")
+}
+
+// slotStart is the first key covered by slot of level l, given elapsed.
+func (w *Wheel) slotStart(l, slot uint) uint64 {
+	shift := levelShift(l)
+	// For the top level the shift below is 64: it yields 0 and the mask all
+	// ones, which is what we want.
+	return w.elapsed&^(uint64(1)<<(shift+levelBits(l))-1) | uint64(slot)<<shift
+}
+
+// push appends entry i to bucket b, of the given kind.
+func (w *Wheel) push(b int32, i int32, e *entry, kind uint32) {
+	bk := &w.buckets[b]
+	if bk.live == 0 {
+		bk.minDue, bk.minOK = e.due, true
+		if b < numSlots {
+			w.occupy(b)
+		}
+	} else if e.due < bk.minDue {
+		bk.minDue = e.due // exact if minOK was, harmless if not
+	}
+	pos := len(bk.els)
+	if pos > posMask {
+		panic("wheel: internal error: bucket position overflow")
+	}
+	e.loc = kind | uint32(pos)
+	if b < 64 {
+		bk.els = append(bk.els, uint64(e.gen)<<32|uint64(uint32(i)))
+		bk.pay = append(bk.pay, e.payload)
+	} else {
+		bk.els = append(bk.els, element(key(e.due), i))
+	}
+	bk.live++
+}
+
+// place puts a detached entry where its due time belongs.
+func (w *Wheel) place(i int32, e *entry) {
+	if e.due <= w.now {
+		w.push(overdueBucket, i, e, kindOverdue)
+		return
+	}
+	w.push(w.slotOf(key(e.due)), i, e, kindWheel)
+}
+
+// bucketOf returns the bucket entry e is in.
+func (w *Wheel) bucketOf(e *entry) int32 {
+	switch e.loc & kindMask {
+	case kindWheel:
+		return w.slotOf(key(e.due))
+	case kindOverdue:
+		return overdueBucket
+	default:
+		return firingBucket
+	}
+}
+
+// emptied resets bucket b after its last live element left it.
+func (w *Wheel) emptied(b int32) {
+	bk := &w.buckets[b]
+	if cap(bk.els) > keepCap {
+		bk.els, bk.pay = nil, nil
+	} else {
+		bk.els, bk.pay = bk.els[:0], bk.pay[:0]
+	}
+	bk.head, bk.live, bk.minOK = 0, 0, false
+	if b < numSlots {
+		w.vacate(b)
+	}
+}
+
+// remove takes entry e out of its bucket, leaving a tombstone unless it was
+// the newest element.
+func (w *Wheel) remove(e *entry) {
+	b := w.bucketOf(e)
+	bk := &w.buckets[b]
+	pos := int(e.loc & posMask)
+	bk.live--
+	if bk.live == 0 {
+		w.emptied(b)
+		return
+	}
+	if bk.minOK && e.due == bk.minDue {
+		bk.minOK = false
+	}
+	if pos == len(bk.els)-1 {
+		n := pos
+		for n > int(bk.head) && elIndex(bk.els[n-1]) == 0 {
+			n--
+		}
+		bk.els = bk.els[:n]
+		if b < 64 {
+			bk.pay = bk.pay[:n]
+		}
+		return
+	}
+	bk.els[pos] = 0
+	if dead := len(bk.els) - int(bk.head) - int(bk.live); dead > int(bk.live) && dead >= compactSlack && b != w.firing {
+		w.compact(b)
+	}
+}
+
+// compact drops the tombstones of bucket b (which is not being fired),
+// keeping order, and shrinks its array if it is mostly empty.
+func (w *Wheel) compact(b int32) {
+	bk := &w.buckets[b]
+	els, pay := bk.els, bk.pay
+	j := 0
+	for p, el := range els {
+		if i := elIndex(el); i != 0 {
+			e := w.at(i)
+			e.loc = e.loc&kindMask | uint32(j)
+			els[j] = el
+			if b < 64 {
+				pay[j] = pay[p]
+			}
+			j++
+		}
+	}
+	if cap(els) > keepCap && cap(els) > 4*j {
+		els = append(make([]uint64, 0, 2*j), els[:j]...)
+		if b < 64 {
+			pay = append(make([]uint64, 0, 2*j), pay[:j]...)
+		}
+	}
+	bk.els = els[:j]
+	if b < 64 {
+		bk.pay = pay[:j]
+	}
+}
+
+// Add schedules payload at dueMs and returns its handle. A due time at or
+// before Now() is accepted and fires at the next Advance. During Advance
+// (from its fn), a due time at or before the time being advanced to also
+// fires at the next Advance, never the running one.
+func (w *Wheel) Add(dueMs int64, payload uint64) Handle {
+	i := w.alloc()
+	e := w.at(i)
+	e.due, e.payload = dueMs, payload
+	w.count++
+	w.place(i, e)
+	return handleOf(i, e)
+}
+
+// Cancel removes the pending entry named by h. It returns false, and changes
+// nothing, if h is stale (its entry fired or was cancelled), forged or zero.
+func (w *Wheel) Cancel(h Handle) bool {
+	i, e := w.lookup(h)
+	if e == nil {
+		return false
+	}
+	w.remove(e)
+	w.release(i, e)
+	return true
+}
+
+// Reschedule moves the pending entry named by h to dueMs, keeping its
+// payload; h stays valid. For the order of equal due times it counts as a
+// fresh insertion. The same rules as Add apply to a due time in the past.
+// It returns false, and changes nothing, if h is stale.
+func (w *Wheel) Reschedule(h Handle, dueMs int64) bool {
+	i, e := w.lookup(h)
+	if e == nil {
+		return false
+	}
+	w.remove(e)
+	e.due = dueMs
+	w.place(i, e)
+	return true
+}
+
+// Get returns the due time and payload of the pending entry named by h.
+func (w *Wheel) Get(h Handle) (dueMs int64, payload uint64, ok bool) {
+	if _, e := w.lookup(h); e != nil {
+		return e.due, e.payload, true
+	}
+	return 0, 0, false
+}
+
+// Len returns the number of pending entries.
+func (w *Wheel) Len() int { return w.count }
+
+// Now returns the wheel's clock: the origin given to New or the latest time
+// passed to Advance. While Advance runs, it is the time being advanced to.
+func (w *Wheel) Now() int64 { return w.now }
+
+// Each calls fn for every pending entry, in no particular order, until fn
+// returns false. fn may Cancel or Reschedule entries; whether entries added
+// by fn are visited is unspecified.
+func (w *Wheel) Each(fn func(h Handle, dueMs int64, payload uint64) bool) {
+	size := w.size
+	for i := int32(1); i < size; i++ {
+		e := w.at(i)
+		if e.loc&kindMask != kindFree && !fn(handleOf(i, e), e.due, e.payload) {
+			return
+		}
+	}
+}
+
+// NextDue returns the exact earliest due time among pending entries, which
+// may be at or before Now() (then the next Advance fires it). ok is false if
+// the wheel is empty. It costs O(1), plus one scan of a single bucket when
+// the cached minimum of that bucket left it since it was last computed.
+func (w *Wheel) NextDue() (dueMs int64, ok bool) {
+	if fb := &w.buckets[firingBucket]; fb.live > 0 { // sorted: first live is min
+		for _, el := range fb.els[fb.head:] {
+			if i := elIndex(el); i != 0 {
+				dueMs, ok = w.at(i).due, true
+				break
+			}
+		}
+	}
+	if w.buckets[overdueBucket].live > 0 {
+		if d := w.bucketMin(overdueBucket, 0); !ok || d < dueMs {
+			dueMs, ok = d, true
+		}
+	}
+	if w.levelMask != 0 {
+		l := uint(bits.TrailingZeros16(w.levelMask))
+		slot := w.firstSlot(l)
+		var d int64
+		if l == 0 { // a level-0 slot holds a single due time
+			d = unkey(w.slotStart(0, slot))
+		} else {
+			d = w.bucketMin(int32(levelBase(l)+slot), w.slotStart(l, slot))
+		}
+		if !ok || d < dueMs {
+			dueMs, ok = d, true
+		}
+	}
+	return dueMs, ok
+}
+
+// bucketMin returns the exact earliest due of non-empty bucket b. For a
+// wheel bucket, start is its slotStart; up to lowKeyLevel the minimum
+// comes from the keys kept in the bucket, without reading entries.
+func (w *Wheel) bucketMin(b int32, start uint64) int64 {
+	bk := &w.buckets[b]
+	if bk.minOK {
+		return bk.minDue
+	}
+	var m int64
+	if b < numSlots && levelOfBucket(b) <= lowKeyLevel {
+		mask := uint32(1)<<levelShift(levelOfBucket(b)) - 1
+		low := uint32(mask)
+		for _, el := range bk.els[bk.head:] {
+			if elIndex(el) != 0 {
+				low = min(low, uint32(el>>32)&mask)
+			}
+		}
+		m = unkey(start | uint64(low))
+	} else {
+		first := true
+		for _, el := range bk.els[bk.head:] {
+			if i := elIndex(el); i != 0 {
+				if d := w.at(i).due; first || d < m {
+					m, first = d, false
+				}
+			}
+		}
+	}
+	bk.minDue, bk.minOK = m, true
+	return m
+}
+
+// Advance moves the clock to nowMs and calls fn for every entry that was
+// pending when Advance was called and has due <= nowMs, in non-decreasing
+// due order, ties in insertion order; each entry's handle is stale by the
+// time fn sees it. It returns the number of entries fired. A nowMs before
+// Now() does nothing and returns 0.
+//
+// fn may call Add, Cancel, Reschedule, Get, NextDue, Len, Each and Now, but
+// not Advance. An entry that fn cancels or reschedules before its turn does
+// not fire (a rescheduled one fires at its new time). An entry that fn adds,
+// or reschedules, to a due time <= nowMs fires at the next Advance, not this
+// one: so Advance always terminates, even if fn re-arms a timer with a zero
+// or negative delay. fn may be nil.
+//
+// If fn panics, the wheel stays consistent: its clock is left at the due
+// time of the entry that panicked, and the entries that had not fired yet
+// fire at the next Advance, still in order.
+func (w *Wheel) Advance(nowMs int64, fn func(h Handle, dueMs int64, payload uint64)) int {
+	if nowMs < w.now {
+		return 0
+	}
+	if w.advancing {
+		panic("wheel: Advance called from inside Advance")
+	}
+	target := key(nowMs)
+	if w.count == 0 {
+		w.now, w.elapsed = nowMs, target
+		return 0
+	}
+	w.advancing = true
+	w.now = nowMs
+	done := false
+	defer func() {
+		w.advancing = false
+		if !done {
+			w.afterPanic()
+		}
+	}()
+
+	fired := 0
+	// Overdue entries all have due <= the previous now, earlier than anything
+	// in the slots: they go first, sorted.
+	if w.buckets[overdueBucket].live > 0 {
+		w.batchOverdue()
+		fired += w.fireBatch(fn)
+	}
+	for w.levelMask != 0 {
+		l := uint(bits.TrailingZeros16(w.levelMask))
+		slot := w.firstSlot(l)
+		start := w.slotStart(l, slot)
+		if start > target {
+			break
+		}
+		w.elapsed = start
+		b := int32(levelBase(l) + slot)
+		if l == 0 {
+			fired += w.fireSlot(b, fn)
+		} else {
+			w.cascade(b, l)
+		}
+	}
+	// Every slot starting at or before target has been emptied, so the
+	// remaining entries keep their places relative to target.
+	w.elapsed = target
+	done = true
+	return fired
+}
+
+// batchOverdue moves the overdue bucket, stably sorted by due, into the
+// firing bucket. Entries added while the batch fires go to the (now empty)
+// overdue bucket and wait for the next Advance.
+func (w *Wheel) batchOverdue() {
+	ov, fb := &w.buckets[overdueBucket], &w.buckets[firingBucket]
+	els := ov.els
+	j, sorted, last := 0, true, int64(0)
+	for _, el := range els {
+		i := elIndex(el)
+		if i == 0 {
+			continue
+		}
+		d := w.at(i).due
+		if j > 0 && d < last {
+			sorted = false
+		}
+		last = d
+		els[j] = el
+		j++
+	}
+	els = els[:j]
+	if !sorted {
+		slices.SortStableFunc(els, func(a, b uint64) int {
+			return cmp.Compare(w.at(elIndex(a)).due, w.at(elIndex(b)).due)
+		})
+	}
+	for pos, el := range els {
+		w.at(elIndex(el)).loc = kindFiring | uint32(pos)
+	}
+	ov.els, fb.els = fb.els[:0], els
+	fb.head, fb.live, fb.minOK = 0, int32(j), false
+	ov.head, ov.live, ov.minOK = 0, 0, false
+}
+
+// fireBatch fires the firing bucket in order until no live element is
+// left. fn may cancel or move its elements but cannot add any: entries
+// that are due go to the overdue bucket while Advance runs.
+func (w *Wheel) fireBatch(fn func(h Handle, dueMs int64, payload uint64)) int {
+	const b = firingBucket
+	w.firing = b
+	bk := &w.buckets[b]
+	n := 0
+	for int(bk.head) < len(bk.els) {
+		i := elIndex(bk.els[bk.head])
+		bk.head++
+		if i == 0 {
+			continue
+		}
+		e := w.at(i)
+		if e.due > w.now {
+			panic("wheel: internal error: entry would fire early")
+		}
+		if bk.live--; bk.live == 0 {
+			w.emptied(b)
+		}
+		h, due, payload := handleOf(i, e), e.due, e.payload
+		w.release(i, e)
+		n++
+		if fn != nil {
+			fn(h, due, payload)
+		}
+	}
+	w.firing = noBucket
+	return n
+}
+
+// fireSlot fires level-0 slot b, whose due time is elapsed, in order until
+// no live element is left. fn may cancel or move its elements but cannot
+// add any: an entry due at elapsed or earlier goes to the overdue bucket.
+func (w *Wheel) fireSlot(b int32, fn func(h Handle, dueMs int64, payload uint64)) int {
+	due := unkey(w.elapsed)
+	if due > w.now || b != int32(w.elapsed&63) {
+		panic("wheel: internal error: slot would fire early")
+	}
+	w.firing = b
+	bk := &w.buckets[b]
+	n := 0
+	for int(bk.head) < len(bk.els) {
+		p := bk.head
+		el := bk.els[p]
+		bk.head++
+		i := elIndex(el)
+		if i == 0 {
+			continue
+		}
+		gen, payload := uint32(el>>32), bk.pay[p]
+		if bk.live--; bk.live == 0 {
+			w.emptied(b)
+		}
+		e := w.at(i) // stores only: see bucket
+		e.gen, e.loc, e.payload = gen+1, kindFree, uint64(w.free)
+		w.free = i
+		w.count--
+		n++
+		if fn != nil {
+			fn(Handle(uint64(gen)<<32|uint64(uint32(i))), due, payload)
+		}
+	}
+	w.firing = noBucket
+	return n
+}
+
+// cascade re-inserts every entry of slot b (level l > 0) relative to
+// elapsed, which is the slot's start: each lands on a lower level, in
+// order. All lower levels are empty when it runs (the lowest occupied
+// level is always the one processed), so the destinations start empty.
+//
+// Up to lowKeyLevel an element's key bits alone place it, and the entry is
+// touched only to store its new position. For a big slot those stores, the
+// only random memory accesses, get a tight loop of their own, which keeps
+// many cache misses in flight at once.
+func (w *Wheel) cascade(b int32, l uint) {
+	src := w.buckets[b].els
+	if l > lowKeyLevel {
+		for _, el := range src {
+			if i := elIndex(el); i != 0 {
+				e := w.at(i)
+				w.push(w.slotOf(key(e.due)), i, e, kindWheel)
+			}
+		}
+		w.emptied(b)
+		return
+	}
+	// Every key in the slot agrees with elapsed above levelShift(l), and
+	// elapsed's bits below it are zero.
+	mask := uint32(1)<<levelShift(l) - 1
+	if l == 1 { // all to level 0, whose slot is the low six bits
+		for _, el := range src {
+			if elIndex(el) != 0 {
+				d := uint32(el>>32) & 63
+				dk := &w.buckets[d]
+				dk.els = append(dk.els, el)
+				w.occupied[0] |= 1 << d
+			}
+		}
+	} else {
+		for _, el := range src {
+			if elIndex(el) != 0 {
+				d := lowSlot(uint32(el>>32) & mask)
+				dk := &w.buckets[d]
+				dk.els = append(dk.els, el)
+				w.occupied[d>>6] |= 1 << (d & 63)
+			}
+		}
+	}
+	// The destinations are exactly the occupied slots below level l.
+	for wi, word := range w.occupied[:levelBase(l)>>6] {
+		for ; word != 0; word &= word - 1 {
+			d := int32(wi*64 + bits.TrailingZeros64(word))
+			dk := &w.buckets[d]
+			if d < 64 { // see bucket: keep generation and payload here
+				dk.pay = dk.pay[:0]
+				for p, el := range dk.els {
+					i := elIndex(el)
+					e := w.at(i)
+					e.loc = kindWheel | uint32(p)
+					dk.els[p] = uint64(e.gen)<<32 | uint64(uint32(i))
+					dk.pay = append(dk.pay, e.payload)
+				}
+			} else {
+				for p, el := range dk.els {
+					w.at(elIndex(el)).loc = kindWheel | uint32(p)
+				}
+			}
+			dk.live = int32(len(dk.els))
+			if d >= 64 { // a level-0 slot holds one due time: no minimum to keep
+				low := mask
+				for _, el := range dk.els {
+					low = min(low, uint32(el>>32)&mask)
+				}
+				dk.minDue, dk.minOK = unkey(w.elapsed|uint64(low)), true
+			}
+			w.levelMask |= 1 << levelOfBucket(d)
+		}
+	}
+	w.emptied(b)
+}
+
+// lowSlot returns the wheel bucket of a key that differs from elapsed only
+// in its low 32 bits, low.
+func lowSlot(low uint32) int32 {
+	l := levelOfBit(uint(bits.Len32(low|1) - 1))
+	return int32(levelBase(l) + uint(low>>levelShift(l))&(1<<levelBits(l)-1))
+}
+
+// afterPanic restores the invariants when fn panicked inside Advance: the
+// clock stops at elapsed (the due time of the slot being fired, or the old
+// clock while the overdue batch fired); the entries not fired yet go first
+// into the overdue bucket, then the entries fn deferred that are due by the
+// stopped clock; the later ones go back to the slots.
+func (w *Wheel) afterPanic() {
+	w.now = unkey(w.elapsed)
+	var deferred, unfired []int32
+	for _, el := range w.buckets[overdueBucket].els {
+		if i := elIndex(el); i != 0 {
+			deferred = append(deferred, i)
+		}
+	}
+	w.emptied(overdueBucket)
+	if b := w.firing; b != noBucket {
+		bk := &w.buckets[b]
+		for _, el := range bk.els[bk.head:] {
+			if i := elIndex(el); i != 0 {
+				unfired = append(unfired, i)
+			}
+		}
+		if bk.live > 0 {
+			w.emptied(b)
+		}
+		w.firing = noBucket
+	}
+	for _, i := range unfired {
+		w.push(overdueBucket, i, w.at(i), kindOverdue)
+	}
+	for _, i := range deferred {
+		w.place(i, w.at(i))
+	}
+}

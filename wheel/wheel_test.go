@@ -1,0 +1,493 @@
+package wheel
+
+import (
+	"cmp"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+	"unsafe"
+)
+
+type fired struct {
+	h       Handle
+	due     int64
+	payload uint64
+}
+
+// collect advances w to now and returns what fired.
+func collect(t *testing.T, w *Wheel, now int64) []fired {
+	t.Helper()
+	var out []fired
+	n := w.Advance(now, func(h Handle, due int64, payload uint64) {
+		if due > now {
+			t.Fatalf("fired early: due %d > now %d", due, now)
+		}
+		out = append(out, fired{h, due, payload})
+	})
+	if n != len(out) {
+		t.Fatalf("Advance returned %d, fired %d", n, len(out))
+	}
+	mustCheck(t, w)
+	return out
+}
+
+func mustCheck(t *testing.T, w *Wheel) {
+	t.Helper()
+	if err := w.check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func payloads(fs []fired) []uint64 {
+	out := make([]uint64, len(fs))
+	for i, f := range fs {
+		out[i] = f.payload
+	}
+	return out
+}
+
+func wantPayloads(t *testing.T, got []fired, want ...uint64) {
+	t.Helper()
+	if g := payloads(got); !slices.Equal(g, want) {
+		t.Fatalf("fired payloads %v, want %v", g, want)
+	}
+}
+
+func TestEntryIsPointerFree(t *testing.T) {
+	if s := unsafe.Sizeof(entry{}); s != 24 {
+		t.Errorf("entry is %d bytes, want 24", s)
+	}
+	typ := reflect.TypeFor[entry]()
+	for i := range typ.NumField() {
+		switch typ.Field(i).Type.Kind() {
+		case reflect.Int32, reflect.Int64, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		default:
+			t.Errorf("entry.%s is a %v: the slab must stay pointer-free", typ.Field(i).Name, typ.Field(i).Type)
+		}
+	}
+}
+
+func TestInvalidHandles(t *testing.T) {
+	w := New(0)
+	h := w.Add(10, 1)
+	for _, bad := range []Handle{0, 1 << 32, Handle(uint32(h) + 1), h + 1<<32, h - 1<<32, math.MaxUint64} {
+		if w.Cancel(bad) {
+			t.Errorf("Cancel(%x) = true", bad)
+		}
+		if w.Reschedule(bad, 5) {
+			t.Errorf("Reschedule(%x) = true", bad)
+		}
+		if _, _, ok := w.Get(bad); ok {
+			t.Errorf("Get(%x) ok", bad)
+		}
+	}
+	if due, p, ok := w.Get(h); !ok || due != 10 || p != 1 {
+		t.Fatalf("Get(h) = %d, %d, %v", due, p, ok)
+	}
+	mustCheck(t, w)
+}
+
+func TestStaleHandlesNeverTouchOtherEntries(t *testing.T) {
+	w := New(0)
+	a := w.Add(5, 1)
+	if !w.Cancel(a) || w.Cancel(a) {
+		t.Fatal("cancel twice: want true then false")
+	}
+	b := w.Add(5, 2) // reuses a's slab slot
+	if uint32(b) != uint32(a) || b == a {
+		t.Fatalf("expected slot reuse with a new generation: a=%x b=%x", a, b)
+	}
+	if w.Cancel(a) || w.Reschedule(a, 1) {
+		t.Fatal("stale handle acted on the entry that reused its slot")
+	}
+	wantPayloads(t, collect(t, w, 5), 2)
+	if w.Cancel(b) || w.Reschedule(b, 9) {
+		t.Fatal("handle of a fired entry is not stale")
+	}
+	if w.Len() != 0 {
+		t.Fatalf("Len = %d", w.Len())
+	}
+}
+
+func TestOrderTiesAndReschedule(t *testing.T) {
+	w := New(1000)
+	// Equal due times fire in insertion order, whatever level they were
+	// inserted at: 1 far away (high level), later ones nearer.
+	a := w.Add(5000, 1)
+	collect(t, w, 4000) // a is now at a low level
+	w.Add(5000, 2)
+	w.Add(4999, 3)
+	w.Add(5000, 4)
+	c := w.Add(5000, 5)
+	if !w.Reschedule(a, 5000) { // counts as a fresh insertion
+		t.Fatal("Reschedule failed")
+	}
+	if !w.Reschedule(c, 5000) {
+		t.Fatal("Reschedule failed")
+	}
+	if due, p, ok := w.Get(a); !ok || due != 5000 || p != 1 {
+		t.Fatalf("Get after Reschedule = %d, %d, %v", due, p, ok)
+	}
+	wantPayloads(t, collect(t, w, 4999), 3)
+	wantPayloads(t, collect(t, w, 1<<40), 2, 4, 1, 5)
+}
+
+func TestTiesAcrossCascades(t *testing.T) {
+	w := New(0)
+	due := int64(3*msPerYear + 12345)
+	var want []uint64
+	// Insert the same due time from many clock positions, so entries reach
+	// its slot from different levels.
+	for i := range uint64(40) {
+		w.Add(due, i)
+		want = append(want, i)
+		collect(t, w, w.Now()+(due-w.Now())/3)
+	}
+	got := collect(t, w, due)
+	wantPayloads(t, got, want...)
+}
+
+func TestPastAndZeroDelay(t *testing.T) {
+	w := New(100)
+	w.Add(100, 1) // 0 ms delay
+	w.Add(50, 2)  // negative delay
+	w.Add(math.MinInt64, 3)
+	w.Add(101, 4)
+	if d, ok := w.NextDue(); !ok || d != math.MinInt64 {
+		t.Fatalf("NextDue = %d, %v", d, ok)
+	}
+	// Advance to the same time fires what is due, oldest due first.
+	wantPayloads(t, collect(t, w, 100), 3, 2, 1)
+	wantPayloads(t, collect(t, w, 100))
+	wantPayloads(t, collect(t, w, 101), 4)
+}
+
+func TestAdvanceBackwardsIsNoop(t *testing.T) {
+	w := New(1000)
+	w.Add(999, 1)
+	if n := w.Advance(999, func(Handle, int64, uint64) { t.Fatal("fired") }); n != 0 {
+		t.Fatalf("Advance back = %d", n)
+	}
+	if w.Now() != 1000 || w.Len() != 1 {
+		t.Fatalf("Now %d Len %d", w.Now(), w.Len())
+	}
+	wantPayloads(t, collect(t, w, 1000), 1)
+}
+
+func TestAddInsideAdvanceFiresNextAdvance(t *testing.T) {
+	w := New(0)
+	w.Add(10, 1)
+	w.Add(20, 2)
+	var got []uint64
+	rearms := 0
+	n := w.Advance(30, func(h Handle, due int64, p uint64) {
+		got = append(got, p)
+		if p == 1 {
+			w.Add(15, 10)  // due <= 30, before the pending 20: still deferred
+			w.Add(30, 11)  // due == now: deferred
+			w.Add(31, 12)  // future: normal
+			w.Add(-99, 13) // far past: deferred
+		}
+		if p >= 100 || p == 2 { // a zero-delay re-arm must not loop
+			rearms++
+			w.Add(w.Now(), p+100)
+		}
+	})
+	if n != 2 || !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("Advance fired %v (n=%d)", got, n)
+	}
+	mustCheck(t, w)
+	wantPayloads(t, collect(t, w, 30), 13, 10, 11, 102)
+	wantPayloads(t, collect(t, w, 31), 12)
+	if rearms != 1 {
+		t.Fatalf("rearms = %d", rearms)
+	}
+}
+
+func TestCancelAndRescheduleInsideAdvance(t *testing.T) {
+	w := New(0)
+	w.Add(5, 1)
+	b := w.Add(5, 2)
+	c := w.Add(7, 3)
+	d := w.Add(8, 4)
+	w.Add(-1, 5) // overdue batch
+	e := w.Add(-1, 6)
+	var got []uint64
+	w.Advance(10, func(h Handle, due int64, p uint64) {
+		got = append(got, p)
+		switch p {
+		case 5:
+			w.Cancel(e) // not yet fired, in the overdue batch
+		case 1:
+			w.Cancel(b)          // same slot, not yet fired
+			w.Reschedule(c, 100) // later slot, moves out
+			w.Reschedule(d, 9)   // stays within this Advance's range: deferred
+			if d, ok := w.NextDue(); !ok || d != 9 {
+				t.Errorf("NextDue inside Advance = %d, %v", d, ok)
+			}
+		}
+	})
+	if !slices.Equal(got, []uint64{5, 1}) {
+		t.Fatalf("fired %v", got)
+	}
+	mustCheck(t, w)
+	wantPayloads(t, collect(t, w, 99), 4)
+	wantPayloads(t, collect(t, w, 100), 3)
+}
+
+func TestNextDueExact(t *testing.T) {
+	w := New(0)
+	if _, ok := w.NextDue(); ok {
+		t.Fatal("NextDue on empty wheel")
+	}
+	far := int64(7*msPerYear + 123)
+	h1 := w.Add(far, 1)
+	w.Add(far+1, 2)
+	h3 := w.Add(far-1000, 3)
+	w.Add(far+5000, 4)
+	for _, c := range []struct {
+		cancel Handle
+		want   int64
+	}{{0, far - 1000}, {h3, far}, {h1, far + 1}} {
+		if c.cancel != 0 && !w.Cancel(c.cancel) {
+			t.Fatal("cancel failed")
+		}
+		if d, ok := w.NextDue(); !ok || d != c.want {
+			t.Fatalf("NextDue = %d, %v; want %d", d, ok, c.want)
+		}
+		mustCheck(t, w)
+	}
+	// Advancing exactly to NextDue fires exactly what is due then.
+	for w.Len() > 0 {
+		d, _ := w.NextDue()
+		if got := collect(t, w, d-1); len(got) != 0 {
+			t.Fatalf("fired %v before NextDue %d", got, d)
+		}
+		if got := collect(t, w, d); len(got) != 1 || got[0].due != d {
+			t.Fatalf("at NextDue %d fired %v", d, got)
+		}
+	}
+}
+
+func TestExtremes(t *testing.T) {
+	w := New(math.MinInt64)
+	w.Add(math.MaxInt64, 1)
+	w.Add(math.MaxInt64-1, 2)
+	w.Add(0, 3)
+	w.Add(-1, 4)
+	w.Add(math.MinInt64, 5)
+	w.Add(math.MinInt64+1, 6)
+	wantPayloads(t, collect(t, w, math.MinInt64), 5)
+	wantPayloads(t, collect(t, w, -1), 6, 4)
+	wantPayloads(t, collect(t, w, math.MaxInt64-2), 3)
+	if d, ok := w.NextDue(); !ok || d != math.MaxInt64-1 {
+		t.Fatalf("NextDue = %d, %v", d, ok)
+	}
+	wantPayloads(t, collect(t, w, math.MaxInt64), 2, 1)
+
+	w = New(math.MaxInt64) // the end of time: everything is overdue
+	w.Add(math.MaxInt64, 1)
+	w.Add(0, 2)
+	wantPayloads(t, collect(t, w, math.MaxInt64), 2, 1)
+}
+
+func TestIdleAdvanceOverYears(t *testing.T) {
+	w := New(0)
+	w.Add(30*msPerYear, 1)
+	for i := int64(1); i < 30; i++ {
+		if got := collect(t, w, i*msPerYear); len(got) != 0 {
+			t.Fatalf("fired early at year %d", i)
+		}
+	}
+	wantPayloads(t, collect(t, w, 30*msPerYear), 1)
+}
+
+func TestEachStopsAndSeesAll(t *testing.T) {
+	w := New(0)
+	want := map[Handle]uint64{}
+	for i := range uint64(100) {
+		want[w.Add(int64(i*37%50)-10, i)] = i
+	}
+	n := 0
+	w.Each(func(h Handle, due int64, p uint64) bool {
+		if want[h] != p {
+			t.Fatalf("Each: %x payload %d, want %d", h, p, want[h])
+		}
+		n++
+		return true
+	})
+	if n != 100 {
+		t.Fatalf("Each visited %d", n)
+	}
+	n = 0
+	w.Each(func(Handle, int64, uint64) bool { n++; return n < 3 })
+	if n != 3 {
+		t.Fatalf("Each did not stop: %d", n)
+	}
+}
+
+func TestNilFn(t *testing.T) {
+	w := New(0)
+	w.Add(1, 1)
+	w.Add(-1, 2)
+	if n := w.Advance(1, nil); n != 2 || w.Len() != 0 {
+		t.Fatalf("Advance(nil) = %d, Len %d", n, w.Len())
+	}
+}
+
+func TestNestedAdvancePanics(t *testing.T) {
+	w := New(0)
+	w.Add(1, 1)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("nested Advance did not panic")
+		}
+		mustCheck(t, w)
+	}()
+	w.Advance(1, func(Handle, int64, uint64) { w.Advance(2, nil) })
+}
+
+func TestPanicInFnKeepsWheelConsistent(t *testing.T) {
+	for _, panicAt := range []uint64{2, 12} { // in the overdue batch, in a slot
+		w := New(0)
+		w.Add(-5, 1)
+		w.Add(-3, 2)
+		w.Add(-1, 3)
+		w.Add(10, 11)
+		w.Add(10, 12)
+		w.Add(10, 13)
+		w.Add(20, 21)
+		var got []uint64
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("panic did not propagate")
+				}
+			}()
+			w.Advance(50, func(h Handle, due int64, p uint64) {
+				got = append(got, p)
+				if p == panicAt {
+					w.Add(40, 41) // deferred to a time after where the clock stops
+					w.Add(0, 42)  // deferred, due before the clock stops
+					panic("boom")
+				}
+			})
+		}()
+		mustCheck(t, w)
+		if w.Now() > 50 || w.Now() < 0 {
+			t.Fatalf("Now = %d after panic", w.Now())
+		}
+		for _, f := range collect(t, w, 50) {
+			got = append(got, f.payload)
+		}
+		var want []uint64
+		if panicAt == 2 {
+			want = []uint64{1, 2, 3, 42, 11, 12, 13, 21, 41}
+		} else {
+			want = []uint64{1, 2, 3, 11, 12, 42, 13, 21, 41}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("panic at %d: fired %v, want %v", panicAt, got, want)
+		}
+	}
+}
+
+func TestSteadyStateDoesNotAllocate(t *testing.T) {
+	w := New(0)
+	for i := range 10_000 {
+		w.Add(int64(i*7919%100_000), uint64(i))
+	}
+	now := int64(0)
+	allocs := testing.AllocsPerRun(1000, func() {
+		h := w.Add(now+5000, 1)
+		w.Reschedule(h, now+7000)
+		w.Cancel(h)
+		now++
+		w.Advance(now, func(Handle, int64, uint64) {})
+		w.NextDue()
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per op", allocs)
+	}
+}
+
+// TestLargeRandomOrder drives enough entries to fill high-level slots with
+// thousands of entries and checks the whole fire sequence against a sort.
+func TestLargeRandomOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	w := New(1_700_000_000_000)
+	type want struct {
+		due     int64
+		seq     int
+		payload uint64
+	}
+	live := map[Handle]want{}
+	var handles []Handle
+	seq := 0
+	scales := []int64{1, 64, 4096, 60_000, 3_600_000, msPerYear}
+	randDue := func() int64 {
+		s := scales[rng.IntN(len(scales))]
+		return w.Now() + rng.Int64N(3*s) - s/4
+	}
+	for step := range 200 {
+		for range 1000 {
+			seq++
+			due := randDue()
+			if rng.IntN(4) == 0 { // many equal due times
+				due = w.Now() + int64(rng.IntN(3))*1000
+			}
+			h := w.Add(due, uint64(seq))
+			live[h] = want{due, seq, uint64(seq)}
+			handles = append(handles, h)
+		}
+		for range 300 {
+			h := handles[rng.IntN(len(handles))]
+			if rng.IntN(2) == 0 {
+				_, ok := live[h]
+				if w.Cancel(h) != ok {
+					t.Fatal("Cancel disagrees with model")
+				}
+				delete(live, h)
+			} else if e, ok := live[h]; ok {
+				seq++
+				e.due, e.seq = randDue(), seq
+				w.Reschedule(h, e.due)
+				live[h] = e
+			}
+		}
+		now := w.Now() + rng.Int64N(scales[step%len(scales)])
+		var exp []want
+		for _, e := range live {
+			if e.due <= now {
+				exp = append(exp, e)
+			}
+		}
+		slices.SortFunc(exp, func(a, b want) int { return cmp.Or(cmp.Compare(a.due, b.due), cmp.Compare(a.seq, b.seq)) })
+		got := collect(t, w, now)
+		if len(got) != len(exp) {
+			t.Fatalf("step %d: fired %d, want %d", step, len(got), len(exp))
+		}
+		for i := range got {
+			if got[i].payload != exp[i].payload || got[i].due != exp[i].due {
+				t.Fatalf("step %d: fire %d is payload %d due %d, want %d due %d",
+					step, i, got[i].payload, got[i].due, exp[i].payload, exp[i].due)
+			}
+			delete(live, got[i].h)
+		}
+		if w.Len() != len(live) {
+			t.Fatalf("Len %d, want %d", w.Len(), len(live))
+		}
+		d, ok := w.NextDue()
+		md, mok := int64(0), false
+		for _, e := range live {
+			if !mok || e.due < md {
+				md, mok = e.due, true
+			}
+		}
+		if d != md || ok != mok {
+			t.Fatalf("NextDue %d %v, want %d %v", d, ok, md, mok)
+		}
+	}
+}

@@ -72,8 +72,8 @@ type Node struct {
 	closed  atomic.Bool
 	report  persistence.RecoveryReport
 	started time.Time
-	metrics *Metrics // metrics.go
-	admin   *admin   // admin.go; nil without NodeConfig.HTTP
+	metrics *nodeMetrics // metrics.go
+	admin   *admin       // admin.go; nil without NodeConfig.HTTP
 }
 
 // actorLogger routes proto.actor's slog output into ours at or above level.

@@ -49,6 +49,10 @@ type Actor struct {
 	system   *actor.ActorSystem
 	loadAt   int64
 	loadv    atomic.Pointer[messages.ShardLoad]
+	levels   map[int]*actor.PID // retry ladder children (ladder.go)
+	dead     *actor.PID         // dead-letter child
+	alerts   []AlertHook
+	obs      observer // metrics and debug logs (metrics.go)
 }
 
 // Load is the shard's last published load figures (safe from any goroutine).
@@ -78,6 +82,7 @@ func (s *startup) Receive(ctx actor.Context) {
 		self := ctx.Self()
 		a.core.SetSelf(&messages.Ref{Address: self.Address, Id: self.Id})
 		a.ctx = ctx
+		a.obs.started(a)
 		if s.open {
 			a.core.Open(a)
 		} else {
@@ -85,6 +90,7 @@ func (s *startup) Receive(ctx actor.Context) {
 		}
 		a.arm()
 		a.loadv.Store(a.load(nowMs()))
+		a.obs.publish(a)
 		a.ctx = nil
 		return
 	}
@@ -103,6 +109,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 		if a.timer != nil {
 			a.timer.Stop()
 		}
+		a.obs.stopped()
 		return
 	case *actor.Started, *actor.Stopped, *actor.Restarting:
 		return
@@ -116,6 +123,8 @@ func (a *Actor) Receive(ctx actor.Context) {
 		a.core.Tick(now, a)
 	case *SetWorkers:
 		a.core.SetWorkers(now, m.Workers, a)
+	case *RetryDue:
+		a.core.RetryDue(now, m.RunID, a)
 	case *Stats:
 		ctx.Respond(a.load(now))
 		return
@@ -138,6 +147,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 	if a.core.AppliedLSN()-a.lastSnap >= SnapshotEveryRecords {
 		a.snapshot()
 	}
+	a.obs.publish(a)
 	a.arm()
 }
 
@@ -183,10 +193,14 @@ func (a *Actor) Append(entries []persistence.Entry) (uint64, error) {
 	_, last, err := a.journal.Append(entries, func(lsn uint64, err error) {
 		sys.Root.Send(self, &durable{lsn: lsn, err: err})
 	})
+	if err == nil {
+		a.obs.appended(a, entries)
+	}
 	return last, err
 }
 
 // Send implements Env.
 func (a *Actor) Send(to *messages.Ref, m proto.Message) {
+	a.obs.sent(a, to, m)
 	a.ctx.Send(actor.NewPID(to.Address, to.Id), m)
 }

@@ -123,6 +123,7 @@ func (a *Actor) start(d *messages.Dispatch) {
 			Attempt: int(d.Attempt), Traceparent: d.Traceparent, StartMs: time.Now().UnixMilli()}
 		res := &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Shard: d.Shard, Epoch: d.Epoch, Attempt: d.Attempt,
 			DueMs: d.DueMs, StartMs: r.StartMs, WorkerId: a.id, Worker: &messages.Ref{Address: self.Address, Id: self.Id}}
+		a.log.Debug("run started", "run", d.RunId, "attempt", d.Attempt, "handler", d.Handler, "late_ms", r.StartMs-d.DueMs, "traceparent", d.Traceparent)
 		err := a.execute(h, d, r)
 		res.EndMs = time.Now().UnixMilli()
 		switch {

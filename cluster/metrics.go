@@ -1,0 +1,363 @@
+package cluster
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/kjob/kjob/actors/shard"
+	"github.com/kjob/kjob/messages"
+	"github.com/kjob/kjob/persistence"
+)
+
+// Bucket bounds, in seconds. Lateness is judged against the design's target (p99
+// under 100 ms), so the buckets are dense below it and sparse up to minutes (a shard
+// that was down, a backlog waiting for workers).
+var (
+	latenessBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+	appendBuckets   = prometheus.ExponentialBuckets(1e-6, 4, 12)    // 1 µs … 4 s
+	durableBuckets  = prometheus.ExponentialBuckets(50e-6, 2.5, 12) // 50 µs … 1.2 s
+	snapshotBuckets = prometheus.ExponentialBuckets(1e-3, 4, 9)     // 1 ms … 65 s
+)
+
+// nodeMetrics are one node's Prometheus figures. Each node has its own registry (no
+// global state), so several nodes in one process — tests, the simulator's neighbours,
+// an embedding service — never collide; an embedder may register its own collectors
+// on Node.Metrics().
+//
+// Labels are bounded: app (tenants are few), shard on the per-shard gauges only, and
+// enumerations (outcome, ladder level, decision). No job or run id is ever a label.
+//
+// Sources: the shard shells report through shard.Sink (dispatches, recorded outcomes,
+// retries, dead letters, gauges); the journal the shards use is wrapped (append and
+// durability latency, bytes); the server actor's and the NameServer's mailboxes are
+// observed by proto.actor middleware (route tables, placements, heartbeats).
+type nodeMetrics struct {
+	reg *prometheus.Registry
+
+	dispatchLate *prometheus.HistogramVec
+	startLate    *prometheus.HistogramVec
+	dispatches   *prometheus.CounterVec
+	runs         *prometheus.CounterVec
+	retries      *prometheus.CounterVec
+	deadLettered *prometheus.CounterVec
+
+	journalAppend   prometheus.Histogram
+	journalDurable  prometheus.Histogram
+	journalBytes    prometheus.Counter
+	journalRecords  prometheus.Counter
+	journalErrors   prometheus.Counter
+	snapshotSeconds prometheus.Histogram
+	snapshotBytes   prometheus.Counter
+
+	routeVersion prometheus.Gauge
+	routeUpdates prometheus.Counter
+	assigned     prometheus.Counter
+	workers      *prometheus.GaugeVec
+	tableVersion atomic.Int64
+
+	ns     *nsObserver
+	shards *shardGauges
+}
+
+func newMetrics(n *Node) *nodeMetrics {
+	reg := prometheus.NewRegistry()
+	f := factory{reg}
+	m := &nodeMetrics{
+		reg: reg,
+		dispatchLate: f.histogramVec("kjob_dispatch_lateness_seconds",
+			"Time from a run's due time until its first dispatch left the shard (after its record was durable).", latenessBuckets, "app"),
+		startLate: f.histogramVec("kjob_start_lateness_seconds",
+			"Time from a run's due time until its handler started, as reported by the worker (first attempts).", latenessBuckets, "app"),
+		dispatches: f.counterVec("kjob_dispatches_total", "Run attempts sent to workers (a broadcast counts once).", "app"),
+		runs:       f.counterVec("kjob_runs_total", "Run attempts whose outcome the shard recorded, by outcome.", "app", "outcome"),
+		retries:    f.counterVec("kjob_retries_total", "Failed run attempts put on the retry ladder, by ladder level (0-based).", "app", "level"),
+		deadLettered: f.counterVec("kjob_dead_lettered_total",
+			"Runs that exhausted their attempts and landed in the dead-letter queue.", "app"),
+
+		journalAppend: f.histogram("kjob_journal_append_seconds",
+			"Time a shard's journal append took (encoding and copying into the mapping; not durability).", appendBuckets),
+		journalDurable: f.histogram("kjob_journal_sync_seconds",
+			"Time from a journal append until it was durable (group commit wait plus msync).", durableBuckets),
+		journalBytes:   f.counter("kjob_journal_appended_bytes_total", "Bytes appended to the journal by shards, framing included."),
+		journalRecords: f.counter("kjob_journal_appended_records_total", "Records appended to the journal by shards."),
+		journalErrors:  f.counter("kjob_journal_append_errors_total", "Journal appends or syncs that failed (each is fatal for the shard)."),
+		snapshotSeconds: f.histogram("kjob_journal_snapshot_seconds",
+			"Time a shard snapshot took to write (temporary file, fsync, rename).", snapshotBuckets),
+		snapshotBytes: f.counter("kjob_journal_snapshot_bytes_total", "Bytes of shard snapshots written."),
+
+		routeVersion: f.gauge("kjob_route_table_version", "Version of the last route table this node was pushed."),
+		routeUpdates: f.counter("kjob_route_table_updates_total", "Route tables pushed to this node that it adopted."),
+		assigned:     f.counter("kjob_shard_assignments_total", "Shards the NameServer assigned to this node."),
+		workers:      f.gaugeVec("kjob_workers", "Live workers per app, as in the last route table this node was pushed.", "app"),
+	}
+	m.ns = newNSObserver(f)
+	m.shards = newShardGauges()
+	reg.MustRegister(m.shards,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_node_ready", Help: "1 when the node serves (see /readyz for why not)."},
+			func() float64 { return b2f(n.ready() == nil) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_journal_failed", Help: "1 when the node's journal hit a fatal error."},
+			func() float64 { return b2f(n.journal != nil && n.journal.Err() != nil) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_journal_durable_lsn", Help: "Highest journal LSN known durable."},
+			func() float64 {
+				if n.journal == nil {
+					return 0
+				}
+				return float64(n.journal.DurableLSN())
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_journal_last_lsn", Help: "Highest journal LSN assigned (minus durable = not yet synced)."},
+			func() float64 {
+				if n.journal == nil {
+					return 0
+				}
+				return float64(n.journal.LastLSN())
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_journal_recovered_records", Help: "Records the journal held when the node started."},
+			func() float64 { return float64(n.report.Records) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_journal_recovery_truncated_bytes",
+			Help: "Bytes of torn tail the journal dropped when the node started."},
+			func() float64 { return float64(n.report.TruncatedBytes) }),
+	)
+	return m
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Metrics is the node's Prometheus registry (served at /metrics on the HTTP address).
+func (n *Node) Metrics() *prometheus.Registry { return n.metrics.reg }
+
+// ready is Ready, safe to call while the node is still starting.
+func (n *Node) ready() error {
+	if n.journal == nil || n.actor == nil {
+		return errNotStarted
+	}
+	return n.Ready()
+}
+
+// factory registers what it makes.
+type factory struct{ reg *prometheus.Registry }
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) histogram(name, help string, buckets []float64) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+	f.reg.MustRegister(h)
+	return h
+}
+
+func (f factory) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+	f.reg.MustRegister(h)
+	return h
+}
+
+func msToSeconds(ms int64) float64 { return float64(max(ms, 0)) / 1000 }
+
+// ---------------------------------------------------------------- shard.Sink
+
+var _ shard.Sink = (*nodeMetrics)(nil)
+
+// ShardStarted implements shard.Sink.
+func (m *nodeMetrics) ShardStarted(app, name string, read func() shard.Gauges) func() {
+	return m.shards.add(app, name, read)
+}
+
+// Dispatched implements shard.Sink. Only first attempts feed the lateness histogram:
+// a retry's "lateness" is its ladder delay, which is policy, not delay.
+func (m *nodeMetrics) Dispatched(app string, d *messages.Dispatch, sentMs int64) {
+	m.dispatches.WithLabelValues(app).Inc()
+	if d.Attempt <= 1 {
+		m.dispatchLate.WithLabelValues(app).Observe(msToSeconds(sentMs - d.DueMs))
+	}
+}
+
+// Finished implements shard.Sink.
+func (m *nodeMetrics) Finished(app string, rec *messages.RunRecord) {
+	m.runs.WithLabelValues(app, strings.ToLower(rec.Outcome.String())).Inc()
+	if rec.Attempt <= 1 && rec.StartMs > 0 { // a lost run never reported a start
+		m.startLate.WithLabelValues(app).Observe(msToSeconds(rec.StartMs - rec.DueMs))
+	}
+}
+
+// RetryScheduled implements shard.Sink.
+func (m *nodeMetrics) RetryScheduled(app string, level int32) {
+	m.retries.WithLabelValues(app, strconv.Itoa(int(level))).Inc()
+}
+
+// DeadLettered implements shard.Sink.
+func (m *nodeMetrics) DeadLettered(app string) { m.deadLettered.WithLabelValues(app).Inc() }
+
+// shardGauges reports the gauges of the shards this node hosts, read at scrape time
+// from what each shard actor last published.
+type shardGauges struct {
+	mu     sync.Mutex
+	shards map[string]*shardEntry
+	seq    uint64
+
+	jobs, pending, backlog, inFlight, dead, failed, count *prometheus.Desc
+}
+
+type shardEntry struct {
+	app  string
+	read func() shard.Gauges
+	id   uint64
+}
+
+func newShardGauges() *shardGauges {
+	l := []string{"app", "shard"}
+	return &shardGauges{shards: map[string]*shardEntry{},
+		jobs:     prometheus.NewDesc("kjob_jobs", "Jobs held by a shard.", l, nil),
+		pending:  prometheus.NewDesc("kjob_pending_jobs", "Jobs of a shard with a next fire time.", l, nil),
+		backlog:  prometheus.NewDesc("kjob_backlog_runs", "Runs of a shard that are due but not yet dispatched (no live worker, or waiting for the journal).", l, nil),
+		inFlight: prometheus.NewDesc("kjob_runs_in_flight", "Runs of a shard dispatched and not finished, or waiting on the retry ladder.", l, nil),
+		dead:     prometheus.NewDesc("kjob_dead_letters", "Size of a shard's dead-letter queue.", l, nil),
+		failed:   prometheus.NewDesc("kjob_shard_failed", "1 when a shard stopped serving because its journal failed.", l, nil),
+		count:    prometheus.NewDesc("kjob_shards", "Shards hosted by this node.", nil, nil),
+	}
+}
+
+func (s *shardGauges) add(app, name string, read func() shard.Gauges) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	id := s.seq
+	s.shards[name] = &shardEntry{app: app, read: read, id: id} // a newer actor of the same shard replaces the old
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if e := s.shards[name]; e != nil && e.id == id {
+			delete(s.shards, name)
+		}
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (s *shardGauges) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{s.jobs, s.pending, s.backlog, s.inFlight, s.dead, s.failed, s.count} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (s *shardGauges) Collect(ch chan<- prometheus.Metric) {
+	s.mu.Lock()
+	entries := make(map[string]*shardEntry, len(s.shards))
+	for k, v := range s.shards {
+		entries[k] = v
+	}
+	s.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(s.count, prometheus.GaugeValue, float64(len(entries)))
+	for name, e := range entries {
+		g := e.read()
+		for _, x := range []struct {
+			d *prometheus.Desc
+			v float64
+		}{{s.jobs, float64(g.Jobs)}, {s.pending, float64(g.Pending)}, {s.backlog, float64(g.Backlog)},
+			{s.inFlight, float64(g.InFlight)}, {s.dead, float64(g.DeadLetters)}, {s.failed, b2f(g.Failed)}} {
+			ch <- prometheus.MustNewConstMetric(x.d, prometheus.GaugeValue, x.v, e.app, name)
+		}
+	}
+}
+
+// ---------------------------------------------------------------- journal
+
+// meteredJournal is the journal as the shards see it, timed.
+type meteredJournal struct {
+	j shard.Journal
+	m *nodeMetrics
+}
+
+func (m *nodeMetrics) journal(j shard.Journal) shard.Journal { return meteredJournal{j: j, m: m} }
+
+func (mj meteredJournal) Append(entries []persistence.Entry, cb func(lastLSN uint64, err error)) (uint64, uint64, error) {
+	m := mj.m
+	t0 := time.Now()
+	first, last, err := mj.j.Append(entries, func(lsn uint64, err error) {
+		if err != nil {
+			m.journalErrors.Inc()
+		} else {
+			m.journalDurable.Observe(time.Since(t0).Seconds())
+		}
+		cb(lsn, err)
+	})
+	m.journalAppend.Observe(time.Since(t0).Seconds())
+	if err != nil {
+		m.journalErrors.Inc()
+		return first, last, err
+	}
+	n := 0
+	for _, e := range entries {
+		n += persistence.FrameSize(len(e.Payload))
+	}
+	m.journalBytes.Add(float64(n))
+	m.journalRecords.Add(float64(len(entries)))
+	return first, last, nil
+}
+
+func (mj meteredJournal) WriteSnapshot(stream, lsn uint64, data []byte) error {
+	t0 := time.Now()
+	err := mj.j.WriteSnapshot(stream, lsn, data)
+	if err == nil {
+		mj.m.snapshotSeconds.Observe(time.Since(t0).Seconds())
+		mj.m.snapshotBytes.Add(float64(len(data)))
+	}
+	return err
+}
+
+// ---------------------------------------------------------------- server actor
+
+// serverMiddleware watches the server actor's mailbox: route tables and assignments.
+func (m *nodeMetrics) serverMiddleware(next actor.ReceiverFunc) actor.ReceiverFunc {
+	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+		switch x := env.Message.(type) {
+		case *messages.RouteTable:
+			if x.Version >= m.tableVersion.Load() { // the server ignores older tables too
+				m.tableVersion.Store(x.Version)
+				m.routeVersion.Set(float64(x.Version))
+				m.routeUpdates.Inc()
+				m.workers.Reset()
+				for _, a := range x.Apps {
+					m.workers.WithLabelValues(a.App).Set(float64(len(a.Workers)))
+				}
+			}
+		case *messages.AssignShard:
+			m.assigned.Inc()
+		}
+		next(c, env)
+	}
+}

@@ -160,6 +160,7 @@ type Core struct {
 	rr        int
 	busy      map[string]int // in-flight per worker id
 	rng       *rand.Rand
+	live      bool // opened or recovered: until then inputs only build state
 	ladderOps []ladderOp
 	pending   []persistence.Entry
 	appended  uint64
@@ -267,6 +268,7 @@ func (c *Core) NextWake() (int64, bool) {
 
 // Open journals the shard's opening at its epoch (a new owner writes it first).
 func (c *Core) Open(env Env) {
+	c.live = true
 	c.emit(messages.RecordType_SHARD_OPENED, &messages.ShardMeta{Shard: c.cfg.Shard.String(), Epoch: c.epoch})
 	c.flush(env)
 }
@@ -411,6 +413,7 @@ func (c *Core) Replay(r persistence.Record) error {
 // while the shard was down follow their misfire policy.
 func (c *Core) Recovered(nowMs int64, durableLSN uint64, env Env) {
 	c.now = nowMs
+	c.live = true
 	c.appended, c.durable = durableLSN, durableLSN
 	if c.frozen != nil { // a closed (handed-off) shard must not fire (sim seed 3)
 		return
@@ -585,7 +588,7 @@ func (c *Core) armRun(r *run, atMs int64) {
 func (c *Core) SetWorkers(nowMs int64, ws []*messages.WorkerInfo, env Env) {
 	c.now = nowMs
 	c.workers = ws
-	if len(ws) > 0 && c.frozen == nil { // a frozen (handed-off) shard must not fire (sim seed 289)
+	if len(ws) > 0 && c.frozen == nil && c.live { // a frozen (handed-off) shard must not fire (sim seed 289); before recovery ends, Recovered dispatches
 		seqs := make([]uint64, 0)
 		for _, r := range c.runs {
 			if r.st.Level < 0 && r.st.WorkerId == "" {

@@ -1,0 +1,199 @@
+package core
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kjob/kjob/actors/route"
+	"github.com/kjob/kjob/messages"
+	"github.com/kjob/kjob/persistence"
+)
+
+// fakeEnv journals into memory and records what is sent.
+type fakeEnv struct {
+	lsn  uint64
+	log  []persistence.Record
+	sent []sentMsg
+}
+
+type sentMsg struct {
+	to *messages.Ref
+	m  proto.Message
+}
+
+func (e *fakeEnv) Append(es []persistence.Entry) (uint64, error) {
+	for _, x := range es {
+		e.lsn++
+		e.log = append(e.log, persistence.Record{LSN: e.lsn, Stream: x.Stream, Type: x.Type, Payload: append([]byte(nil), x.Payload...)})
+	}
+	return e.lsn, nil
+}
+
+func (e *fakeEnv) Send(to *messages.Ref, m proto.Message) { e.sent = append(e.sent, sentMsg{to, m}) }
+
+func (e *fakeEnv) take() []sentMsg { s := e.sent; e.sent = nil; return s }
+
+var (
+	client = &messages.Ref{Address: "c", Id: "client"}
+	wref   = &messages.Ref{Address: "w", Id: "worker"}
+)
+
+func newCore(now int64) (*Core, *fakeEnv) {
+	c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}}, now, 1)
+	e := &fakeEnv{}
+	c.Open(e)
+	c.Durable(e.lsn, nil, e)
+	c.SetWorkers(now, []*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 4}}, e)
+	return c, e
+}
+
+func onceJob(id, delayMs int64) *messages.Job {
+	return &messages.Job{Id: id, App: "app", Handler: "h", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: delayMs}}
+}
+
+func TestReplyWaitsForDurability(t *testing.T) {
+	c, e := newCore(1000)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 50)}, e)
+	if len(e.sent) != 0 {
+		t.Fatalf("reply sent before the journal was durable: %v", e.sent)
+	}
+	c.Durable(e.lsn-1, nil, e) // an older LSN is not enough
+	if len(e.sent) != 0 {
+		t.Fatal("reply sent at an LSN below its record's")
+	}
+	c.Durable(e.lsn, nil, e)
+	s := e.take()
+	if len(s) != 1 || s[0].to != client || s[0].m.(*messages.JobReply).Job.GetId() != 7 {
+		t.Fatalf("after durability: %v", s)
+	}
+}
+
+func TestNeverEarlyAndExactlyOneDispatch(t *testing.T) {
+	c, e := newCore(1000)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 50)}, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	if at, ok := c.NextWake(); !ok || at != 1050 {
+		t.Fatalf("next wake %d %v, want 1050", at, ok)
+	}
+	c.Tick(1049, e)
+	c.Durable(e.lsn, nil, e)
+	if len(e.take()) != 0 {
+		t.Fatal("dispatched 1 ms early")
+	}
+	c.Tick(1050, e)
+	if len(e.sent) != 0 {
+		t.Fatal("dispatch sent before its RUN_DISPATCHED record was durable")
+	}
+	c.Durable(e.lsn, nil, e)
+	s := e.take()
+	if len(s) != 1 || s[0].to != wref {
+		t.Fatalf("dispatches %v", s)
+	}
+	d := s[0].m.(*messages.Dispatch)
+	if d.DueMs != 1050 || d.Attempt != 1 || d.Epoch != 1 || d.RunId != "7:1050" {
+		t.Fatalf("dispatch %v", d)
+	}
+	c.Tick(2000, e)
+	c.Durable(e.lsn, nil, e)
+	for _, m := range e.take() {
+		if _, ok := m.m.(*messages.Dispatch); ok {
+			t.Fatal("a one-shot job dispatched twice")
+		}
+	}
+}
+
+func TestDeleteMeansDelete(t *testing.T) {
+	c, e := newCore(1000)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 50)}, e)
+	c.Handle(1001, client, &messages.DeleteJob{App: "app", Id: 7}, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	c.Tick(5000, e)
+	c.Durable(e.lsn, nil, e)
+	if s := e.take(); len(s) != 0 {
+		t.Fatalf("deleted job fired: %v", s)
+	}
+}
+
+func TestStaleEpochResultIgnored(t *testing.T) {
+	c, e := newCore(1000)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 0)}, e)
+	c.Tick(1000, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	c.Handle(1010, wref, &messages.RunResult{RunId: "7:1000", JobId: 7, Attempt: 1, Epoch: 0, Outcome: messages.Outcome_SUCCEEDED}, e)
+	c.Durable(e.lsn, nil, e)
+	if s := e.take(); len(s) != 0 || c.InFlight() != 1 {
+		t.Fatalf("a result of another epoch was recorded: sent %v, in flight %d", s, c.InFlight())
+	}
+	c.Handle(1011, wref, &messages.RunResult{RunId: "7:1000", JobId: 7, Attempt: 1, Epoch: 1, Outcome: messages.Outcome_SUCCEEDED}, e)
+	c.Durable(e.lsn, nil, e)
+	if s := e.take(); len(s) != 1 || c.InFlight() != 0 {
+		t.Fatalf("the current epoch's result: sent %v, in flight %d", s, c.InFlight())
+	}
+}
+
+// Replaying the journal rebuilds the state: the dispatched-but-unfinished run goes
+// out again, the delayed job keeps its due time.
+func TestRecoveryRedispatchesAndKeepsDue(t *testing.T) {
+	c, e := newCore(1000)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 0)}, e)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(8, 10_000)}, e)
+	c.Tick(1000, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+
+	r := New(Config{Shard: route.Root("app")}, 3000, 0)
+	for _, rec := range e.log {
+		if err := r.Replay(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e2 := &fakeEnv{lsn: e.lsn}
+	r.SetWorkers(3000, []*messages.WorkerInfo{{WorkerId: "w1", Ref: wref}}, e2)
+	r.Recovered(3000, e.lsn, e2)
+	r.Durable(e2.lsn, nil, e2)
+	s := e2.take()
+	if len(s) != 1 || s[0].m.(*messages.Dispatch).RunId != "7:1000" {
+		t.Fatalf("after recovery sent %v %v, want the unfinished run 7:1000 again", s[0].m, s[len(s)-1].m)
+	}
+	if r.Epoch() != 1 {
+		t.Fatalf("epoch %d after replay, want 1", r.Epoch())
+	}
+	if at, ok := r.NextWake(); !ok || at > 11_000 {
+		t.Fatalf("next wake %d %v", at, ok)
+	}
+	r.Tick(11_000, e2)
+	r.Durable(e2.lsn, nil, e2)
+	got := false
+	for _, m := range e2.take() {
+		if d, ok := m.m.(*messages.Dispatch); ok && d.RunId == "8:11000" {
+			got = true
+		}
+	}
+	if !got {
+		t.Fatal("the delayed job did not fire at its due time after recovery")
+	}
+}
+
+func TestJournalFailureStopsTheShard(t *testing.T) {
+	c, e := newCore(1000)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 0)}, e)
+	c.Durable(0, errSync, e)
+	if len(e.take()) != 0 {
+		t.Fatal("acknowledged a create whose journal write failed")
+	}
+	c.Handle(1001, client, &messages.GetJob{App: "app", Id: 7}, e)
+	s := e.take()
+	if len(s) != 1 || s[0].m.(*messages.JobReply).Error.GetCode() != messages.Code_UNAVAILABLE {
+		t.Fatalf("a failed shard answered %v, want UNAVAILABLE", s)
+	}
+}
+
+type syncErr struct{}
+
+func (syncErr) Error() string { return "msync: input/output error" }
+
+var errSync = syncErr{}

@@ -329,6 +329,8 @@ func (mj meteredJournal) Append(entries []persistence.Entry, cb func(lastLSN uin
 	return first, last, nil
 }
 
+func (mj meteredJournal) DropStream(stream uint64) error { return mj.j.DropStream(stream) }
+
 func (mj meteredJournal) WriteSnapshot(stream, lsn uint64, data []byte) error {
 	t0 := time.Now()
 	err := mj.j.WriteSnapshot(stream, lsn, data)

@@ -223,6 +223,26 @@ func (n *Node) recover() ([]server.Recovered, error) {
 		order = append(order, stream)
 		return nil
 	}, func(r persistence.Record) error {
+		if messages.RecordType(r.Type) == messages.RecordType_SHARD_IMPORTED {
+			// A shard handed to this node: the record holds all of it.
+			name, epoch, err := shardcore.ShardNameOfSnapshot(r.Payload)
+			if err != nil {
+				return fmt.Errorf("journal: lsn %d: imported shard: %w", r.LSN, err)
+			}
+			s, err := route.Parse(name)
+			if err != nil {
+				return err
+			}
+			c := n.newCore(s, epoch)
+			if err := c.LoadSnapshot(r.Payload, r.LSN); err != nil {
+				return err
+			}
+			if cores[r.Stream] == nil {
+				order = append(order, r.Stream)
+			}
+			cores[r.Stream] = c
+			return nil
+		}
 		c := cores[r.Stream]
 		if c == nil {
 			if messages.RecordType(r.Type) != messages.RecordType_SHARD_OPENED {
@@ -248,6 +268,12 @@ func (n *Node) recover() ([]server.Recovered, error) {
 	durable := n.journal.DurableLSN()
 	out := make([]server.Recovered, 0, len(order))
 	for _, st := range order {
+		if cores[st].Closed() { // handed off before the crash: finish dropping it
+			if err := n.journal.DropStream(st); err != nil {
+				return nil, fmt.Errorf("drop handed-off stream %d: %w", st, err)
+			}
+			continue
+		}
 		out = append(out, server.Recovered{Core: cores[st], DurableLSN: durable})
 	}
 	return out, nil

@@ -426,30 +426,34 @@ type RecordType int32
 
 const (
 	RecordType_RECORD_UNSPECIFIED  RecordType = 0
-	RecordType_SHARD_OPENED        RecordType = 1 // ShardMeta
-	RecordType_JOB_PUT             RecordType = 2 // Job (create, update, pause, resume, state change)
-	RecordType_JOB_DELETED         RecordType = 3 // JobRef
-	RecordType_RUN_DISPATCHED      RecordType = 4 // RunState
-	RecordType_RUN_FINISHED        RecordType = 5 // RunRecord
-	RecordType_RETRY_SCHEDULED     RecordType = 6 // RunState (waiting at a ladder level)
-	RecordType_DEAD_LETTERED       RecordType = 7 // DeadLetter
-	RecordType_DEAD_LETTER_REMOVED RecordType = 8 // JobRef (run_id)
-	RecordType_SHARD_CLOSED        RecordType = 9 // ShardMeta (handed off)
+	RecordType_SHARD_OPENED        RecordType = 1  // ShardMeta
+	RecordType_JOB_PUT             RecordType = 2  // Job (create, update, pause, resume, state change)
+	RecordType_JOB_DELETED         RecordType = 3  // JobRef
+	RecordType_RUN_DISPATCHED      RecordType = 4  // RunState
+	RecordType_RUN_FINISHED        RecordType = 5  // RunRecord
+	RecordType_RETRY_SCHEDULED     RecordType = 6  // RunState (waiting at a ladder level)
+	RecordType_DEAD_LETTERED       RecordType = 7  // DeadLetter
+	RecordType_DEAD_LETTER_REMOVED RecordType = 8  // JobRef (run_id)
+	RecordType_SHARD_CLOSED        RecordType = 9  // ShardMeta (handed off)
+	RecordType_SHARD_HANDOFF       RecordType = 10 // ShardMeta (target set): frozen, being handed to target
+	RecordType_SHARD_IMPORTED      RecordType = 11 // ShardSnapshot: a shard handed to this node, whole
 )
 
 // Enum value maps for RecordType.
 var (
 	RecordType_name = map[int32]string{
-		0: "RECORD_UNSPECIFIED",
-		1: "SHARD_OPENED",
-		2: "JOB_PUT",
-		3: "JOB_DELETED",
-		4: "RUN_DISPATCHED",
-		5: "RUN_FINISHED",
-		6: "RETRY_SCHEDULED",
-		7: "DEAD_LETTERED",
-		8: "DEAD_LETTER_REMOVED",
-		9: "SHARD_CLOSED",
+		0:  "RECORD_UNSPECIFIED",
+		1:  "SHARD_OPENED",
+		2:  "JOB_PUT",
+		3:  "JOB_DELETED",
+		4:  "RUN_DISPATCHED",
+		5:  "RUN_FINISHED",
+		6:  "RETRY_SCHEDULED",
+		7:  "DEAD_LETTERED",
+		8:  "DEAD_LETTER_REMOVED",
+		9:  "SHARD_CLOSED",
+		10: "SHARD_HANDOFF",
+		11: "SHARD_IMPORTED",
 	}
 	RecordType_value = map[string]int32{
 		"RECORD_UNSPECIFIED":  0,
@@ -462,6 +466,8 @@ var (
 		"DEAD_LETTERED":       7,
 		"DEAD_LETTER_REMOVED": 8,
 		"SHARD_CLOSED":        9,
+		"SHARD_HANDOFF":       10,
+		"SHARD_IMPORTED":      11,
 	}
 )
 
@@ -3340,6 +3346,180 @@ func (x *AssignShard) GetEpoch() int64 {
 	return 0
 }
 
+// MoveShard: NameServer → the owner's server: hand the shard to target (a server actor).
+type MoveShard struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	Target        *Ref                   `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	Epoch         int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveShard) Reset() {
+	*x = MoveShard{}
+	mi := &file_kjob_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveShard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveShard) ProtoMessage() {}
+
+func (x *MoveShard) ProtoReflect() protoreflect.Message {
+	mi := &file_kjob_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveShard.ProtoReflect.Descriptor instead.
+func (*MoveShard) Descriptor() ([]byte, []int) {
+	return file_kjob_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *MoveShard) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *MoveShard) GetTarget() *Ref {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *MoveShard) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// ImportShard: old owner → target server: persist and activate this shard.
+type ImportShard struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	Epoch         int64                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Snapshot      []byte                 `protobuf:"bytes,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportShard) Reset() {
+	*x = ImportShard{}
+	mi := &file_kjob_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportShard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportShard) ProtoMessage() {}
+
+func (x *ImportShard) ProtoReflect() protoreflect.Message {
+	mi := &file_kjob_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportShard.ProtoReflect.Descriptor instead.
+func (*ImportShard) Descriptor() ([]byte, []int) {
+	return file_kjob_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ImportShard) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *ImportShard) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ImportShard) GetSnapshot() []byte {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type ImportShardReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Shard         *ShardLoad             `protobuf:"bytes,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportShardReply) Reset() {
+	*x = ImportShardReply{}
+	mi := &file_kjob_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportShardReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportShardReply) ProtoMessage() {}
+
+func (x *ImportShardReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kjob_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportShardReply.ProtoReflect.Descriptor instead.
+func (*ImportShardReply) Descriptor() ([]byte, []int) {
+	return file_kjob_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ImportShardReply) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *ImportShardReply) GetShard() *ShardLoad {
+	if x != nil {
+		return x.Shard
+	}
+	return nil
+}
+
 type ShardOpened struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ServerId      string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
@@ -3351,7 +3531,7 @@ type ShardOpened struct {
 
 func (x *ShardOpened) Reset() {
 	*x = ShardOpened{}
-	mi := &file_kjob_proto_msgTypes[39]
+	mi := &file_kjob_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3363,7 +3543,7 @@ func (x *ShardOpened) String() string {
 func (*ShardOpened) ProtoMessage() {}
 
 func (x *ShardOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[39]
+	mi := &file_kjob_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3376,7 +3556,7 @@ func (x *ShardOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOpened.ProtoReflect.Descriptor instead.
 func (*ShardOpened) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{39}
+	return file_kjob_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ShardOpened) GetServerId() string {
@@ -3410,7 +3590,7 @@ type LeaseNode struct {
 
 func (x *LeaseNode) Reset() {
 	*x = LeaseNode{}
-	mi := &file_kjob_proto_msgTypes[40]
+	mi := &file_kjob_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3422,7 +3602,7 @@ func (x *LeaseNode) String() string {
 func (*LeaseNode) ProtoMessage() {}
 
 func (x *LeaseNode) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[40]
+	mi := &file_kjob_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3435,7 +3615,7 @@ func (x *LeaseNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseNode.ProtoReflect.Descriptor instead.
 func (*LeaseNode) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{40}
+	return file_kjob_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *LeaseNode) GetHolder() string {
@@ -3463,7 +3643,7 @@ type LeaseNodeReply struct {
 
 func (x *LeaseNodeReply) Reset() {
 	*x = LeaseNodeReply{}
-	mi := &file_kjob_proto_msgTypes[41]
+	mi := &file_kjob_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3475,7 +3655,7 @@ func (x *LeaseNodeReply) String() string {
 func (*LeaseNodeReply) ProtoMessage() {}
 
 func (x *LeaseNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[41]
+	mi := &file_kjob_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3488,7 +3668,7 @@ func (x *LeaseNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseNodeReply.ProtoReflect.Descriptor instead.
 func (*LeaseNodeReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{41}
+	return file_kjob_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *LeaseNodeReply) GetError() *Error {
@@ -3520,7 +3700,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_kjob_proto_msgTypes[42]
+	mi := &file_kjob_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3532,7 +3712,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[42]
+	mi := &file_kjob_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3545,7 +3725,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{42}
+	return file_kjob_proto_rawDescGZIP(), []int{45}
 }
 
 type ServerStatus struct {
@@ -3562,7 +3742,7 @@ type ServerStatus struct {
 
 func (x *ServerStatus) Reset() {
 	*x = ServerStatus{}
-	mi := &file_kjob_proto_msgTypes[43]
+	mi := &file_kjob_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3574,7 +3754,7 @@ func (x *ServerStatus) String() string {
 func (*ServerStatus) ProtoMessage() {}
 
 func (x *ServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[43]
+	mi := &file_kjob_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3587,7 +3767,7 @@ func (x *ServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerStatus.ProtoReflect.Descriptor instead.
 func (*ServerStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{43}
+	return file_kjob_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ServerStatus) GetServerId() string {
@@ -3644,7 +3824,7 @@ type MoveStatus struct {
 
 func (x *MoveStatus) Reset() {
 	*x = MoveStatus{}
-	mi := &file_kjob_proto_msgTypes[44]
+	mi := &file_kjob_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3656,7 +3836,7 @@ func (x *MoveStatus) String() string {
 func (*MoveStatus) ProtoMessage() {}
 
 func (x *MoveStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[44]
+	mi := &file_kjob_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3669,7 +3849,7 @@ func (x *MoveStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveStatus.ProtoReflect.Descriptor instead.
 func (*MoveStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{44}
+	return file_kjob_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MoveStatus) GetShard() string {
@@ -3711,7 +3891,7 @@ type AppStatus struct {
 
 func (x *AppStatus) Reset() {
 	*x = AppStatus{}
-	mi := &file_kjob_proto_msgTypes[45]
+	mi := &file_kjob_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3723,7 +3903,7 @@ func (x *AppStatus) String() string {
 func (*AppStatus) ProtoMessage() {}
 
 func (x *AppStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[45]
+	mi := &file_kjob_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3736,7 +3916,7 @@ func (x *AppStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppStatus.ProtoReflect.Descriptor instead.
 func (*AppStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{45}
+	return file_kjob_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AppStatus) GetApp() string {
@@ -3775,7 +3955,7 @@ type ClusterStatusReply struct {
 
 func (x *ClusterStatusReply) Reset() {
 	*x = ClusterStatusReply{}
-	mi := &file_kjob_proto_msgTypes[46]
+	mi := &file_kjob_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3787,7 +3967,7 @@ func (x *ClusterStatusReply) String() string {
 func (*ClusterStatusReply) ProtoMessage() {}
 
 func (x *ClusterStatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[46]
+	mi := &file_kjob_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3800,7 +3980,7 @@ func (x *ClusterStatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusReply.ProtoReflect.Descriptor instead.
 func (*ClusterStatusReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{46}
+	return file_kjob_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ClusterStatusReply) GetError() *Error {
@@ -3860,7 +4040,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_kjob_proto_msgTypes[47]
+	mi := &file_kjob_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3872,7 +4052,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[47]
+	mi := &file_kjob_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3885,7 +4065,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{47}
+	return file_kjob_proto_rawDescGZIP(), []int{50}
 }
 
 type Pong struct {
@@ -3898,7 +4078,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_kjob_proto_msgTypes[48]
+	mi := &file_kjob_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3910,7 +4090,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[48]
+	mi := &file_kjob_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3923,7 +4103,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{48}
+	return file_kjob_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Pong) GetServerId() string {
@@ -3944,13 +4124,14 @@ type ShardMeta struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Shard         string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
 	Epoch         int64                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Target        *Ref                   `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShardMeta) Reset() {
 	*x = ShardMeta{}
-	mi := &file_kjob_proto_msgTypes[49]
+	mi := &file_kjob_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3962,7 +4143,7 @@ func (x *ShardMeta) String() string {
 func (*ShardMeta) ProtoMessage() {}
 
 func (x *ShardMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[49]
+	mi := &file_kjob_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3975,7 +4156,7 @@ func (x *ShardMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMeta.ProtoReflect.Descriptor instead.
 func (*ShardMeta) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{49}
+	return file_kjob_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ShardMeta) GetShard() string {
@@ -3992,6 +4173,13 @@ func (x *ShardMeta) GetEpoch() int64 {
 	return 0
 }
 
+func (x *ShardMeta) GetTarget() *Ref {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
 type JobRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -4002,7 +4190,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_kjob_proto_msgTypes[50]
+	mi := &file_kjob_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4014,7 +4202,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[50]
+	mi := &file_kjob_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4027,7 +4215,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{50}
+	return file_kjob_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *JobRef) GetId() int64 {
@@ -4072,7 +4260,7 @@ type RunState struct {
 
 func (x *RunState) Reset() {
 	*x = RunState{}
-	mi := &file_kjob_proto_msgTypes[51]
+	mi := &file_kjob_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4084,7 +4272,7 @@ func (x *RunState) String() string {
 func (*RunState) ProtoMessage() {}
 
 func (x *RunState) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[51]
+	mi := &file_kjob_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4097,7 +4285,7 @@ func (x *RunState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunState.ProtoReflect.Descriptor instead.
 func (*RunState) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{51}
+	return file_kjob_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RunState) GetRunId() string {
@@ -4239,7 +4427,7 @@ type ShardSnapshot struct {
 
 func (x *ShardSnapshot) Reset() {
 	*x = ShardSnapshot{}
-	mi := &file_kjob_proto_msgTypes[52]
+	mi := &file_kjob_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4251,7 +4439,7 @@ func (x *ShardSnapshot) String() string {
 func (*ShardSnapshot) ProtoMessage() {}
 
 func (x *ShardSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[52]
+	mi := &file_kjob_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4264,7 +4452,7 @@ func (x *ShardSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardSnapshot.ProtoReflect.Descriptor instead.
 func (*ShardSnapshot) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{52}
+	return file_kjob_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ShardSnapshot) GetMeta() *ShardMeta {
@@ -4554,7 +4742,18 @@ const file_kjob_proto_rawDesc = "" +
 	"\fwith_workers\x18\x02 \x01(\bR\vwithWorkers\"9\n" +
 	"\vAssignShard\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"z\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"]\n" +
+	"\tMoveShard\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12$\n" +
+	"\x06target\x18\x02 \x01(\v2\f.kjob.v1.RefR\x06target\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"U\n" +
+	"\vImportShard\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x1a\n" +
+	"\bsnapshot\x18\x03 \x01(\fR\bsnapshot\"b\n" +
+	"\x10ImportShardReply\x12$\n" +
+	"\x05error\x18\x01 \x01(\v2\x0e.kjob.v1.ErrorR\x05error\x12(\n" +
+	"\x05shard\x18\x02 \x01(\v2\x12.kjob.v1.ShardLoadR\x05shard\"z\n" +
 	"\vShardOpened\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12(\n" +
 	"\x05shard\x18\x02 \x01(\v2\x12.kjob.v1.ShardLoadR\x05shard\x12$\n" +
@@ -4599,10 +4798,11 @@ const file_kjob_proto_rawDesc = "" +
 	"\x04Ping\"=\n" +
 	"\x04Pong\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"7\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"]\n" +
 	"\tShardMeta\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"/\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12$\n" +
+	"\x06target\x18\x03 \x01(\v2\f.kjob.v1.RefR\x06target\"/\n" +
 	"\x06JobRef\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\"\xef\x03\n" +
@@ -4686,7 +4886,7 @@ const file_kjob_proto_rawDesc = "" +
 	"\x06FAILED\x10\x02\x12\r\n" +
 	"\tTIMED_OUT\x10\x03\x12\b\n" +
 	"\x04LOST\x10\x04\x12\v\n" +
-	"\aSKIPPED\x10\x05*\xcd\x01\n" +
+	"\aSKIPPED\x10\x05*\xf4\x01\n" +
 	"\n" +
 	"RecordType\x12\x16\n" +
 	"\x12RECORD_UNSPECIFIED\x10\x00\x12\x10\n" +
@@ -4698,7 +4898,10 @@ const file_kjob_proto_rawDesc = "" +
 	"\x0fRETRY_SCHEDULED\x10\x06\x12\x11\n" +
 	"\rDEAD_LETTERED\x10\a\x12\x17\n" +
 	"\x13DEAD_LETTER_REMOVED\x10\b\x12\x10\n" +
-	"\fSHARD_CLOSED\x10\tB(Z&github.com/kjob/kjob/messages;messagesb\x06proto3"
+	"\fSHARD_CLOSED\x10\t\x12\x11\n" +
+	"\rSHARD_HANDOFF\x10\n" +
+	"\x12\x12\n" +
+	"\x0eSHARD_IMPORTED\x10\vB(Z&github.com/kjob/kjob/messages;messagesb\x06proto3"
 
 var (
 	file_kjob_proto_rawDescOnce sync.Once
@@ -4713,7 +4916,7 @@ func file_kjob_proto_rawDescGZIP() []byte {
 }
 
 var file_kjob_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_kjob_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_kjob_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_kjob_proto_goTypes = []any{
 	(Code)(0),                  // 0: kjob.v1.Code
 	(ScheduleKind)(0),          // 1: kjob.v1.ScheduleKind
@@ -4762,20 +4965,23 @@ var file_kjob_proto_goTypes = []any{
 	(*GetRoutes)(nil),          // 44: kjob.v1.GetRoutes
 	(*Subscribe)(nil),          // 45: kjob.v1.Subscribe
 	(*AssignShard)(nil),        // 46: kjob.v1.AssignShard
-	(*ShardOpened)(nil),        // 47: kjob.v1.ShardOpened
-	(*LeaseNode)(nil),          // 48: kjob.v1.LeaseNode
-	(*LeaseNodeReply)(nil),     // 49: kjob.v1.LeaseNodeReply
-	(*ClusterStatus)(nil),      // 50: kjob.v1.ClusterStatus
-	(*ServerStatus)(nil),       // 51: kjob.v1.ServerStatus
-	(*MoveStatus)(nil),         // 52: kjob.v1.MoveStatus
-	(*AppStatus)(nil),          // 53: kjob.v1.AppStatus
-	(*ClusterStatusReply)(nil), // 54: kjob.v1.ClusterStatusReply
-	(*Ping)(nil),               // 55: kjob.v1.Ping
-	(*Pong)(nil),               // 56: kjob.v1.Pong
-	(*ShardMeta)(nil),          // 57: kjob.v1.ShardMeta
-	(*JobRef)(nil),             // 58: kjob.v1.JobRef
-	(*RunState)(nil),           // 59: kjob.v1.RunState
-	(*ShardSnapshot)(nil),      // 60: kjob.v1.ShardSnapshot
+	(*MoveShard)(nil),          // 47: kjob.v1.MoveShard
+	(*ImportShard)(nil),        // 48: kjob.v1.ImportShard
+	(*ImportShardReply)(nil),   // 49: kjob.v1.ImportShardReply
+	(*ShardOpened)(nil),        // 50: kjob.v1.ShardOpened
+	(*LeaseNode)(nil),          // 51: kjob.v1.LeaseNode
+	(*LeaseNodeReply)(nil),     // 52: kjob.v1.LeaseNodeReply
+	(*ClusterStatus)(nil),      // 53: kjob.v1.ClusterStatus
+	(*ServerStatus)(nil),       // 54: kjob.v1.ServerStatus
+	(*MoveStatus)(nil),         // 55: kjob.v1.MoveStatus
+	(*AppStatus)(nil),          // 56: kjob.v1.AppStatus
+	(*ClusterStatusReply)(nil), // 57: kjob.v1.ClusterStatusReply
+	(*Ping)(nil),               // 58: kjob.v1.Ping
+	(*Pong)(nil),               // 59: kjob.v1.Pong
+	(*ShardMeta)(nil),          // 60: kjob.v1.ShardMeta
+	(*JobRef)(nil),             // 61: kjob.v1.JobRef
+	(*RunState)(nil),           // 62: kjob.v1.RunState
+	(*ShardSnapshot)(nil),      // 63: kjob.v1.ShardSnapshot
 }
 var file_kjob_proto_depIdxs = []int32{
 	0,  // 0: kjob.v1.Error.code:type_name -> kjob.v1.Code
@@ -4817,24 +5023,28 @@ var file_kjob_proto_depIdxs = []int32{
 	8,  // 36: kjob.v1.RouteTable.error:type_name -> kjob.v1.Error
 	9,  // 37: kjob.v1.RouteTable.nameserver:type_name -> kjob.v1.Ref
 	9,  // 38: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
-	36, // 39: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
-	8,  // 40: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
-	8,  // 41: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
-	36, // 42: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
-	8,  // 43: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
-	51, // 44: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
-	53, // 45: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
-	52, // 46: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
-	57, // 47: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
-	12, // 48: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
-	59, // 49: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
-	26, // 50: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
-	25, // 51: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	9,  // 39: kjob.v1.MoveShard.target:type_name -> kjob.v1.Ref
+	8,  // 40: kjob.v1.ImportShardReply.error:type_name -> kjob.v1.Error
+	36, // 41: kjob.v1.ImportShardReply.shard:type_name -> kjob.v1.ShardLoad
+	36, // 42: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
+	8,  // 43: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
+	8,  // 44: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
+	36, // 45: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
+	8,  // 46: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
+	54, // 47: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
+	56, // 48: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
+	55, // 49: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
+	9,  // 50: kjob.v1.ShardMeta.target:type_name -> kjob.v1.Ref
+	60, // 51: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
+	12, // 52: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
+	62, // 53: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
+	26, // 54: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
+	25, // 55: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
+	56, // [56:56] is the sub-list for method output_type
+	56, // [56:56] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_kjob_proto_init() }
@@ -4848,7 +5058,7 @@ func file_kjob_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kjob_proto_rawDesc), len(file_kjob_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   53,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

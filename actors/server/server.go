@@ -19,6 +19,7 @@ import (
 	"github.com/kjob/kjob/actors/shard"
 	shardcore "github.com/kjob/kjob/actors/shard/core"
 	"github.com/kjob/kjob/messages"
+	"github.com/kjob/kjob/persistence"
 )
 
 // Name is the actor name of the server actor on every node.
@@ -101,6 +102,22 @@ func (a *Actor) Receive(ctx actor.Context) {
 		if ctx.Sender() != nil {
 			ctx.Respond(&messages.ShardOpened{ServerId: a.deps.ServerID, Shard: l})
 		}
+	case *messages.MoveShard:
+		if c := a.children[m.Shard]; c != nil && c.core.Epoch() == m.Epoch && m.Target != nil {
+			a.deps.Log.Info("handing off shard", "shard", m.Shard, "epoch", m.Epoch, "target", m.Target.Address)
+			ctx.Send(c.pid, &shard.BeginHandoff{Target: actor.NewPID(m.Target.Address, m.Target.Id)})
+		}
+	case *messages.ImportShard:
+		ctx.Respond(a.importShard(ctx, m))
+	case *shard.HandedOff:
+		if c := a.children[m.Shard]; c != nil {
+			ctx.Stop(c.pid)
+			delete(a.children, m.Shard)
+			delete(a.groups, m.Shard)
+			if err := a.deps.Journal.DropStream(c.core.Stream()); err != nil {
+				a.deps.Log.Warn("drop handed-off shard's stream", "shard", m.Shard, "err", err)
+			}
+		}
 	case *messages.RouteTable:
 		// Versions order the tables of one NameServer instance only: take a push from
 		// the NameServer this node resolves now (a fresh one starts its own count),
@@ -123,6 +140,48 @@ func (a *Actor) Receive(ctx actor.Context) {
 		}
 		ctx.Forward(ns)
 	}
+}
+
+// importShard persists a shard handed to this node (one record holding all of it)
+// before it answers, then activates it at the new epoch. A repeat is answered the
+// same way without a second copy.
+func (a *Actor) importShard(ctx actor.Context, m *messages.ImportShard) *messages.ImportShardReply {
+	sh, err := route.Parse(m.Shard)
+	if err != nil {
+		return &messages.ImportShardReply{Error: kerr.Invalid("shard", "%v", err)}
+	}
+	if c := a.children[m.Shard]; c != nil {
+		if c.core.Epoch() >= m.Epoch {
+			return &messages.ImportShardReply{Shard: a.loadOf(c)}
+		}
+		return &messages.ImportShardReply{Error: kerr.New(messages.Code_FAILED_PRECONDITION, "epoch",
+			"shard %s is here at epoch %d, below the import's %d", m.Shard, c.core.Epoch(), m.Epoch)}
+	}
+	done := make(chan error, 1)
+	_, last, err := a.deps.Journal.Append([]persistence.Entry{{Stream: sh.Stream(), Type: uint8(messages.RecordType_SHARD_IMPORTED), Payload: m.Snapshot}},
+		func(_ uint64, err error) { done <- err })
+	if err == nil {
+		err = <-done
+	}
+	if err != nil {
+		return &messages.ImportShardReply{Error: kerr.New(messages.Code_UNAVAILABLE, "", "persist imported shard %s: %v", m.Shard, err)}
+	}
+	core := a.deps.NewCore(sh, m.Epoch)
+	if err := core.LoadSnapshot(m.Snapshot, last); err != nil {
+		return &messages.ImportShardReply{Error: kerr.Invalid("snapshot", "%v", err)}
+	}
+	c := a.spawn(ctx, core, false, last)
+	a.pushWorkers(ctx)
+	l := a.loadOf(c)
+	if ns := a.deps.NameServer(); ns != nil {
+		ctx.Send(ns, &messages.ShardOpened{ServerId: a.deps.ServerID, Shard: l})
+	}
+	a.deps.Log.Info("imported shard", "shard", m.Shard, "epoch", m.Epoch)
+	return &messages.ImportShardReply{Shard: l}
+}
+
+func (a *Actor) loadOf(c *child) *messages.ShardLoad {
+	return &messages.ShardLoad{Shard: c.core.Shard().String(), Epoch: c.core.Epoch(), Pid: &messages.Ref{Address: c.pid.Address, Id: c.pid.Id}}
 }
 
 func (a *Actor) unavailable(ctx actor.Context, m proto.Message) {

@@ -17,6 +17,7 @@ import (
 type Journal interface {
 	Append(entries []persistence.Entry, cb func(lastLSN uint64, err error)) (uint64, uint64, error)
 	WriteSnapshot(stream, lsn uint64, data []byte) error
+	DropStream(stream uint64) error
 }
 
 // Local (never remote) messages of the shell.
@@ -39,20 +40,21 @@ const SnapshotEveryRecords = 200_000
 
 // Actor is the proto.actor shell around Core.
 type Actor struct {
-	core     *core.Core
-	journal  Journal
-	log      *slog.Logger
-	ctx      actor.Context
-	timer    *time.Timer
-	wakeAt   int64
-	lastSnap uint64
-	system   *actor.ActorSystem
-	loadAt   int64
-	loadv    atomic.Pointer[messages.ShardLoad]
-	levels   map[int]*actor.PID // retry ladder children (ladder.go)
-	dead     *actor.PID         // dead-letter child
-	alerts   []AlertHook
-	obs      observer // metrics and debug logs (metrics.go)
+	core        *core.Core
+	journal     Journal
+	log         *slog.Logger
+	ctx         actor.Context
+	timer       *time.Timer
+	wakeAt      int64
+	lastSnap    uint64
+	system      *actor.ActorSystem
+	loadAt      int64
+	loadv       atomic.Pointer[messages.ShardLoad]
+	levels      map[int]*actor.PID // retry ladder children (ladder.go)
+	dead        *actor.PID         // dead-letter child
+	alerts      []AlertHook
+	handoffBusy bool     // an import request is in flight (handoff.go)
+	obs         observer // metrics and debug logs (metrics.go)
 }
 
 // Load is the shard's last published load figures (safe from any goroutine).
@@ -89,6 +91,7 @@ func (s *startup) Receive(ctx actor.Context) {
 			a.core.Recovered(nowMs(), s.lsn, a)
 		}
 		a.arm()
+		a.tryHandoff()
 		a.loadv.Store(a.load(nowMs()))
 		a.obs.publish(a)
 		a.ctx = nil
@@ -125,6 +128,9 @@ func (a *Actor) Receive(ctx actor.Context) {
 		a.core.SetWorkers(now, m.Workers, a)
 	case *RetryDue:
 		a.core.RetryDue(now, m.RunID, a)
+	case *BeginHandoff:
+		a.core.BeginHandoff(&messages.Ref{Address: m.Target.Address, Id: m.Target.Id}, a)
+	case *retryHandoff:
 	case *Stats:
 		ctx.Respond(a.load(now))
 		return
@@ -149,6 +155,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 	}
 	a.obs.publish(a)
 	a.arm()
+	a.tryHandoff()
 }
 
 func (a *Actor) load(now int64) *messages.ShardLoad {

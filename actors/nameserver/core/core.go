@@ -47,6 +47,18 @@ type pendingAssign struct {
 	server string
 }
 
+type move struct {
+	Move
+	epoch int64
+	atMs  int64
+}
+
+// Rebalancing timing.
+const (
+	MoveCooldownMs = 10_000 // after a move completes, before the next decision
+	MoveTimeoutMs  = 60_000 // a move not confirmed by then is forgotten (its source keeps trying)
+)
+
 type lease struct {
 	holder  string
 	expires int64
@@ -66,6 +78,9 @@ type Core struct {
 	subRefs      map[string]*messages.Ref
 	pending      map[string]pendingAssign // shard → assignment sent, not yet reported
 	self         *messages.Ref            // this NameServer instance, stamped on every table
+	moves        map[string]*move
+	lastMoveMs   int64
+	movesDone    int64
 	dirty        bool
 	workersDirty bool
 }
@@ -77,7 +92,7 @@ func New(nowMs int64, s Strategy) *Core {
 	}
 	return &Core{started: nowMs, strategy: s, servers: map[string]*server{}, workers: map[string]*worker{},
 		routes: map[string]*messages.RouteEntry{}, leases: map[int64]*lease{}, subs: map[string]int64{},
-		subRefs: map[string]*messages.Ref{}, pending: map[string]pendingAssign{}, version: nowMs}
+		subRefs: map[string]*messages.Ref{}, pending: map[string]pendingAssign{}, moves: map[string]*move{}, version: nowMs}
 }
 
 // SetSelf names this NameServer instance (stamped on its tables, so a server can
@@ -110,6 +125,10 @@ func (c *Core) ServerHeartbeat(nowMs int64, hb *messages.ServerHeartbeat, env En
 			c.routes[l.Shard] = &messages.RouteEntry{Shard: l.Shard, App: sh.App, Level: int32(sh.Level), Index: sh.Index,
 				Owner: l.Pid, ServerId: hb.ServerId, Epoch: l.Epoch}
 			c.dirty = true
+			if mv := c.moves[l.Shard]; mv != nil && l.Epoch > mv.epoch {
+				delete(c.moves, l.Shard)
+				c.lastMoveMs, c.movesDone = nowMs, c.movesDone+1
+			}
 		}
 	}
 	for _, k := range hb.Known { // hearsay: what the server last heard, for a fresh NameServer
@@ -179,7 +198,37 @@ func (c *Core) Tick(nowMs int64, env Env) {
 			delete(c.pending, sh)
 		}
 	}
+	for sh, mv := range c.moves {
+		if nowMs-mv.atMs > MoveTimeoutMs {
+			delete(c.moves, sh)
+		}
+	}
+	c.rebalance(nowMs, env)
 	c.flushPush(nowMs, env)
+}
+
+// MovesDone is the number of shard moves completed under this NameServer.
+func (c *Core) MovesDone() int64 { return c.movesDone }
+
+// rebalance asks the strategy for a move once the picture is complete, no move is
+// in flight and the last one settled (hysteresis: one move at a time, a cooldown
+// after it, and the strategy's own rule that a move must improve the balance).
+func (c *Core) rebalance(nowMs int64, env Env) {
+	r, ok := c.strategy.(Rebalancer)
+	if !ok || !c.Complete(nowMs) || len(c.moves) > 0 || nowMs-c.lastMoveMs < MoveCooldownMs {
+		return
+	}
+	mv, ok := r.Rebalance(c.loads(nowMs), nil)
+	if !ok {
+		return
+	}
+	rt := c.routes[mv.Shard]
+	from, to := c.servers[mv.From], c.servers[mv.To]
+	if rt == nil || from == nil || to == nil || rt.ServerId != mv.From {
+		return
+	}
+	c.moves[mv.Shard] = &move{Move: mv, epoch: rt.Epoch, atMs: nowMs}
+	env.Send(from.hb.Server, &messages.MoveShard{Shard: mv.Shard, Target: to.hb.Server, Epoch: rt.Epoch})
 }
 
 // Table returns the route table (for app, or all when app is ""), optionally with workers.
@@ -356,6 +405,15 @@ func (c *Core) Status(nowMs int64) *messages.ClusterStatusReply {
 	for _, n := range names {
 		sort.Strings(apps[n].Shards)
 		out.Apps = append(out.Apps, apps[n])
+	}
+	mvs := make([]string, 0, len(c.moves))
+	for sh := range c.moves {
+		mvs = append(mvs, sh)
+	}
+	sort.Strings(mvs)
+	for _, sh := range mvs {
+		mv := c.moves[sh]
+		out.Moves = append(out.Moves, &messages.MoveStatus{Shard: sh, From: mv.From, To: mv.To, StartedMs: mv.atMs})
 	}
 	return out
 }

@@ -160,7 +160,9 @@ type Core struct {
 	rr        int
 	busy      map[string]int // in-flight per worker id
 	rng       *rand.Rand
-	live      bool // opened or recovered: until then inputs only build state
+	live      bool          // opened or recovered: until then inputs only build state
+	handoff   *messages.Ref // the server this shard is being handed to (frozen meanwhile)
+	closed    bool          // handed off: the shard is gone from here
 	ladderOps []ladderOp
 	pending   []persistence.Entry
 	appended  uint64
@@ -438,7 +440,7 @@ func (c *Core) Recovered(nowMs int64, durableLSN uint64, env Env) {
 func decode(t messages.RecordType, b []byte) (proto.Message, error) {
 	var m proto.Message
 	switch t {
-	case messages.RecordType_SHARD_OPENED, messages.RecordType_SHARD_CLOSED:
+	case messages.RecordType_SHARD_OPENED, messages.RecordType_SHARD_CLOSED, messages.RecordType_SHARD_HANDOFF:
 		m = &messages.ShardMeta{}
 	case messages.RecordType_JOB_PUT:
 		m = &messages.Job{}
@@ -465,6 +467,13 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		}
 	case messages.RecordType_SHARD_CLOSED:
 		c.frozen = kerr.New(messages.Code_NOT_OWNER, "", "shard %s was handed off", c.cfg.Shard)
+		c.closed = true
+	case messages.RecordType_SHARD_HANDOFF:
+		meta := m.(*messages.ShardMeta)
+		c.handoff = meta.Target
+		e := kerr.New(messages.Code_NOT_OWNER, "", "shard %s is moving to %s", c.cfg.Shard, meta.Target.GetAddress())
+		e.Hint, e.HintEpoch = meta.Target, c.epoch+1
+		c.frozen = e
 	case messages.RecordType_JOB_PUT:
 		jm := m.(*messages.Job)
 		j := c.jobs[jm.Id]
@@ -600,6 +609,45 @@ func (c *Core) SetWorkers(nowMs int64, ws []*messages.WorkerInfo, env Env) {
 			c.dispatch(c.bySeq[s], nowMs)
 		}
 	}
+	c.flush(env)
+}
+
+// BeginHandoff journals that the shard is being handed to target (a server actor)
+// at epoch+1 and freezes it: from then on it neither fires nor acknowledges, and a
+// restart resumes the handoff instead of serving.
+func (c *Core) BeginHandoff(target *messages.Ref, env Env) {
+	if c.handoff != nil || c.closed || c.failed != nil {
+		return
+	}
+	c.emit(messages.RecordType_SHARD_HANDOFF, &messages.ShardMeta{Shard: c.cfg.Shard.String(), Epoch: c.epoch, Target: target})
+	c.flush(env)
+}
+
+// Handoff is the target of a handoff in progress (nil when none).
+func (c *Core) Handoff() *messages.Ref {
+	if c.closed {
+		return nil
+	}
+	return c.handoff
+}
+
+// Closed reports whether the shard was handed off.
+func (c *Core) Closed() bool { return c.closed }
+
+// HandoffSnapshot is the whole shard at epoch+1, for the target to persist. Take it
+// only when Quiescent (it then holds everything this owner ever acknowledged).
+func (c *Core) HandoffSnapshot() []byte {
+	c.epoch++
+	defer func() { c.epoch-- }()
+	return c.Snapshot()
+}
+
+// HandoffDone records that the target holds the shard: this copy is closed for good.
+func (c *Core) HandoffDone(env Env) {
+	if c.closed {
+		return
+	}
+	c.emit(messages.RecordType_SHARD_CLOSED, &messages.ShardMeta{Shard: c.cfg.Shard.String(), Epoch: c.epoch})
 	c.flush(env)
 }
 

@@ -113,7 +113,7 @@ func TestRetryLadderToDeadLetterAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
 	m := startModel(t, dir, hooks, true)
 	ctx := context.Background()
-	ladder := []int64{300, 600}
+	ladder := []int64{2000, 600} // level 1 is long enough that attempt 2 waits out the restart
 	j, err := m.client.Create(ctx, &messages.Job{App: "model", Handler: "flaky",
 		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 100},
 		Policy:   &messages.Policy{Attempts: 3, LadderMs: ladder}})

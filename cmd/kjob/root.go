@@ -42,7 +42,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	root.AddCommand(serverCmd(), workerCmd(), jobCmd(), dlqCmd(), clusterCmd(), demoCmd())
-	root.AddCommand(benchCmd())
+	root.AddCommand(benchCmd(), simCmd())
 	return root
 }
 

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBenchShort runs every `kjob bench` scenario in short mode as a correctness
+// check: every create is acknowledged, every one-shot fires exactly once and never
+// early, a restarted node serves its jobs and fires the one due while it was down,
+// and memory is measured. Timing is not asserted (the machine is shared).
+func TestBenchShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four embedded nodes")
+	}
+	dir := t.TempDir()
+	late := filepath.Join(dir, "lateness.txt")
+	root := newRoot()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs([]string{"bench", "--short", "--json", "--data", filepath.Join(dir, "data"), "--lateness-out", late})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("kjob bench --short: %v\nstderr:\n%s", err, errOut.String())
+	}
+	var rep BenchReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out.String())
+	}
+	if rep.Mode != "embedded" || rep.Sync != "sync" || rep.Cores <= 0 {
+		t.Errorf("header: mode %q, sync %q, cores %d", rep.Mode, rep.Sync, rep.Cores)
+	}
+
+	c := rep.Create
+	if c == nil {
+		t.Fatal("no create result")
+	}
+	if c.N != shortCreateN || c.Errors != 0 || c.Latency.N != shortCreateN || c.AcksPerSec <= 0 {
+		t.Errorf("create: %+v", c)
+	}
+	if !(c.Latency.MinMs <= c.Latency.P50Ms && c.Latency.P50Ms <= c.Latency.P99Ms && c.Latency.P99Ms <= c.Latency.P999Ms && c.Latency.P999Ms <= c.Latency.MaxMs) {
+		t.Errorf("create latency percentiles out of order: %+v", c.Latency)
+	}
+
+	f := rep.Fire
+	if f == nil {
+		t.Fatal("no fire result")
+	}
+	if f.N != shortFireN || f.Fired != shortFireN || f.Missing != 0 || f.Duplicates != 0 || f.CreateErrors != 0 {
+		t.Errorf("fire: every job must run exactly once: %+v", f)
+	}
+	if f.Early != 0 || f.Lateness.MinMs < 0 {
+		t.Errorf("fire: %d runs started before their due time (min lateness %.3f ms)", f.Early, f.Lateness.MinMs)
+	}
+	if f.Lateness.N != shortFireN || f.FiresPerSec <= 0 {
+		t.Errorf("fire: lateness %+v, fires/s %.0f", f.Lateness, f.FiresPerSec)
+	}
+	b, err := os.ReadFile(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n != shortFireN {
+		t.Errorf("--lateness-out holds %d samples, want %d", n, shortFireN)
+	}
+
+	r := rep.Recover
+	if r == nil {
+		t.Fatal("no recover result")
+	}
+	if r.Pending != shortRecoverN || r.Records < uint64(shortRecoverN) || r.Verified == 0 {
+		t.Errorf("recover: %+v", r)
+	}
+	if !(r.ReplaySeconds > 0 && r.ReplaySeconds <= r.ServingSeconds && r.FirstFireSeconds >= r.ReplaySeconds) {
+		t.Errorf("recover: replay %.3fs, serving %.3fs, first fire %.3fs", r.ReplaySeconds, r.ServingSeconds, r.FirstFireSeconds)
+	}
+
+	m := rep.Memory
+	if m == nil {
+		t.Fatal("no memory result")
+	}
+	if m.Pending != shortMemoryN || m.RSSBeforeBytes <= 0 || m.RSSAfterBytes <= 0 {
+		t.Errorf("memory: %+v", m)
+	}
+	// The bar went to stderr, the table or JSON to stdout.
+	if !strings.Contains(errOut.String(), "\r") || strings.Contains(out.String(), "\r") {
+		t.Errorf("progress bar must be on stderr only")
+	}
+}
+
+// TestBenchTable: the default output is a table with a row per scenario.
+func TestBenchTable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded node")
+	}
+	root := newRoot()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs([]string{"bench", "--scenarios", "create", "--create-n", "200", "--concurrency", "8", "--quiet"})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("kjob bench: %v\n%s", err, errOut.String())
+	}
+	for _, want := range []string{"create (N=200, C=8)", "durable acks/s", "ack latency p50 / p99 / p999"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(errOut.String(), "\r") {
+		t.Errorf("--quiet drew a progress bar: %q", errOut.String())
+	}
+}
+
+// TestBenchBadInput: bad flags are INVALID_ARGUMENT (exit code 2) before anything starts.
+func TestBenchBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--scenarios", "create,bogus"},
+		{"bench", "--create-n", "0"},
+		{"bench", "--sync", "sometimes"},
+		{"bench", "--worker-capacity", "-1"},
+	} {
+		root := newRoot()
+		root.SetOut(&bytes.Buffer{})
+		root.SetErr(&bytes.Buffer{})
+		root.SetArgs(args)
+		err := root.Execute()
+		if err == nil || exitCode(err) != 2 {
+			t.Errorf("%v: err %v (exit %d), want an invalid-argument error", args, err, exitCode(err))
+		}
+	}
+}

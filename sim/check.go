@@ -1,0 +1,831 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kjob/kjob/actors/route"
+	"github.com/kjob/kjob/messages"
+	"github.com/kjob/kjob/persistence"
+)
+
+// The invariants, by the name a failure carries:
+//
+//	acked-job-lost       an acknowledged create (or update) is missing from the shard's
+//	                     owner, after recovery or at any checkpoint, or a client's call
+//	                     says NOT_FOUND for it
+//	resurrected          a job whose delete was acknowledged exists again
+//	                     (resurrected-by-late-create: a late create made it again)
+//	fire-after-delete    a run of a job is journaled or dispatched after its delete was
+//	                     acknowledged
+//	fixed-delay-spacing  a fixed-delay job's next due is not every_ms after its run
+//	                     finished, on the owner's clock
+//	early-fire           a scheduled run is journaled as dispatched before its due time on
+//	                     the owner's clock (the latest time that clock ever showed)
+//	due-fired-twice      a due fires again while the run of that due is in flight (a
+//	                     run id collision then moves its due ahead of the clock)
+//	late-fire            once settled, a run is dispatched more than LateBoundMs late
+//	due-run-missed       once settled, a due the shard itself promised (a job's next due)
+//	                     is never dispatched; a once job's due is never dispatched
+//	duplicate-execution  a live worker (one process) runs the same run attempt twice
+//	ladder, ladder-*     a retry is not at the ladder's level and delay, comes early or
+//	                     (undisturbed) not exactly on time, exceeds the attempts, or the
+//	                     dead letter comes before the last attempt; dead-letter-twice
+//	duplicate-placement  the NameServer assigns a shard that another server holds (or
+//	                     will recover) at the same or a higher epoch
+//	two-owners           two active owners of one shard at one epoch (stale-owner-active:
+//	                     at different epochs); stale-owner: a lower epoch dispatches
+//	                     while a higher one is active; epoch-fencing: a shard records a
+//	                     result carrying another epoch
+//	update-applied-twice one update call (its retries, duplicates) changes a job twice
+//	journal-mismatch     the live state of a quiescent shard differs from what replaying
+//	                     its journal rebuilds (a transition that was not journaled)
+//	timer-stuck, fire-stuck, slow-op, liveness-*, no-progress
+//	                     once faults stop, progress resumes within the bounds
+type checker struct {
+	s       *Sim
+	jobs    map[int64]*jobModel
+	execs   map[string]int
+	retries map[string]retryExp
+	// expect is the coverage list once settled: job → the due its shard promised
+	// next (-1: a fixed-delay job whose next due is set when its run finishes).
+	expect   map[int64]int64
+	settleAt int64
+	acked    int64 // calls acknowledged after settling
+	// calls maps a client's reply address to its call, so a shard's input can be
+	// tied to the call it belongs to (every attempt has its own address).
+	calls map[string]*op
+}
+
+type jobModel struct {
+	id           int64
+	app          string
+	client       string
+	acked        bool // a create was acknowledged
+	maybeCreated bool // a create gave up: it may or may not exist
+	deleted      bool // a delete was acknowledged
+	deletedAt    int64
+	maybeDeleted bool // a delete gave up after reaching the network
+	deleting     bool // a delete call is in flight
+	reapplied    bool // an update was applied twice (known bug): its runs may repeat
+	version      int64
+	ops          int // calls other than get after the create
+	onceDue      int64
+	createdMs    int64 // on the shard's clock
+	dues         map[int64]bool // dues dispatched (attempt 1)
+}
+
+type retryExp struct {
+	attempt int32
+	due     int64
+	host    *shardHost
+	inc     int
+	jumps   int64
+}
+
+func newChecker(s *Sim) *checker {
+	return &checker{s: s, jobs: map[int64]*jobModel{}, execs: map[string]int{}, retries: map[string]retryExp{},
+		expect: map[int64]int64{}, calls: map[string]*op{}}
+}
+
+func (k *checker) failf(inv, format string, args ...any) { k.s.failf(inv, format, args...) }
+
+func active(h *shardHost) bool { return !h.gone && !h.core.Frozen() && h.core.Failed() == nil }
+
+// ---------------------------------------------------------------- journal observations
+
+// appended sees every record a shard core journals, as it is appended.
+func (k *checker) appended(h *shardHost, r persistence.Record) {
+	if h.shadow != nil {
+		if err := h.shadow.Replay(r); err != nil {
+			k.failf("journal-mismatch", "%s on %s: replaying its own record lsn %d fails: %v", h.name, h.srv.addr, r.LSN, err)
+		}
+	}
+	m, err := decodePayload(r.Type, r.Payload)
+	if err != nil {
+		k.failf("journal-record", "%s on %s: lsn %d: %v", h.name, h.srv.addr, r.LSN, err)
+		return
+	}
+	now := h.srv.now()
+	switch x := m.(type) {
+	case *messages.Job:
+		h.puts = append(h.puts, x.Id)
+		if jm, ok := k.deletedBefore(x.Id); ok && x.Version == 1 {
+			k.failf("resurrected-by-late-create", "%s on %s created job %d again (a CreateJob that arrived late), after its delete was acknowledged at t=%d",
+				h.name, h.srv.addr, x.Id, jm.deletedAt-startMs)
+		}
+		h.view[x.Id] = x
+		if _, ok := k.expect[x.Id]; ok || k.s.settled {
+			if x.State == messages.JobState_ACTIVE && x.NextDueMs > 0 {
+				k.expect[x.Id] = x.NextDueMs
+			} else {
+				delete(k.expect, x.Id)
+			}
+		}
+	case *messages.JobRef:
+		if messages.RecordType(r.Type) == messages.RecordType_JOB_DELETED {
+			delete(h.view, x.Id)
+			delete(k.expect, x.Id)
+		}
+	case *messages.RunState:
+		if messages.RecordType(r.Type) == messages.RecordType_RUN_DISPATCHED {
+			k.dispatched(h, x, now)
+		} else {
+			k.retryScheduled(h, x, now)
+		}
+	case *messages.RunRecord:
+		h.finished = append(h.finished, x.RunId)
+		if sc := h.view[x.JobId].GetSchedule(); x.SetsNext && x.JobNextDueMs > 0 && sc != nil {
+			if want := max(now+sc.EveryMs, sc.NotBeforeMs); x.JobNextDueMs != want {
+				k.failf("fixed-delay-spacing", "%s on %s: fixed-delay job %d (every %d ms) finished run %s at %d by its clock, but its next due is %d, not %d",
+					h.name, h.srv.addr, x.JobId, sc.EveryMs, x.RunId, now, x.JobNextDueMs, want)
+			}
+		}
+		if _, ok := k.expect[x.JobId]; ok && x.SetsNext {
+			if x.JobNextDueMs > 0 {
+				k.expect[x.JobId] = x.JobNextDueMs
+			} else {
+				delete(k.expect, x.JobId)
+			}
+		}
+	case *messages.DeadLetter:
+		k.deadLettered(h, x)
+	}
+}
+
+func (k *checker) deletedBefore(jobID int64) (*jobModel, bool) {
+	jm := k.jobs[jobID]
+	return jm, jm != nil && jm.deleted && jm.deletedAt <= k.s.now
+}
+
+func (k *checker) dispatched(h *shardHost, st *messages.RunState, now int64) {
+	if jm, ok := k.deletedBefore(st.JobId); ok {
+		k.failf("fire-after-delete", "%s on %s journaled run %s (attempt %d) of job %d, whose delete was acknowledged at t=%d",
+			h.name, h.srv.addr, st.RunId, st.Attempt, st.JobId, jm.deletedAt-startMs)
+	}
+	if st.Fire {
+		k.s.stats.Fires++
+		if seen := h.srv.clock.maxSeen; seen < st.DueMs {
+			if other := k.collided(h, st); other != "" {
+				k.failf("due-fired-twice", "%s on %s fired job %d's due again while run %s of that due is still in flight; "+
+					"the run id collision moved the new run's due to %d, %d ms ahead of its clock", h.name, h.srv.addr, st.JobId, other, st.DueMs, st.DueMs-seen)
+				return
+			}
+			k.failf("early-fire", "%s on %s dispatched %s due at %d when its clock read %d (%d ms early)",
+				h.name, h.srv.addr, st.RunId, st.DueMs, seen, st.DueMs-seen)
+		}
+		if k.s.settled {
+			base := st.DueMs
+			if j := h.view[st.JobId]; j != nil {
+				base = max(base, j.UpdatedMs)
+			}
+			late := now - base
+			k.s.stats.MaxLateMs = max(k.s.stats.MaxLateMs, late)
+			if late > LateBoundMs {
+				k.failf("late-fire", "%s on %s dispatched %s %d ms late, after faults stopped (bound %d ms)",
+					h.name, h.srv.addr, st.RunId, late, LateBoundMs)
+			}
+		}
+		if e, ok := k.expect[st.JobId]; ok && e == st.DueMs {
+			switch {
+			case h.view[st.JobId].GetSchedule().GetKind() == messages.ScheduleKind_FIXED_DELAY:
+				k.expect[st.JobId] = -1
+			case st.JobNextDueMs > 0:
+				k.expect[st.JobId] = st.JobNextDueMs
+			default:
+				delete(k.expect, st.JobId)
+			}
+		}
+	}
+	if st.Attempt > 1 && !st.Fire {
+		if exp, ok := k.retries[st.RunId]; ok && exp.attempt == st.Attempt {
+			delete(k.retries, st.RunId)
+			v := h.srv
+			switch {
+			case v.clock.maxSeen < exp.due:
+				k.failf("ladder-early", "%s on %s dispatched attempt %d of %s at %d; the ladder put it at %d",
+					h.name, v.addr, st.Attempt, st.RunId, now, exp.due)
+			case exp.host == h && exp.inc == v.inc && exp.jumps == v.clock.jumps:
+				k.s.stats.RetriesExact++
+				if now != exp.due {
+					k.failf("ladder-delay", "%s on %s dispatched attempt %d of %s at %d; the ladder put it at %d (%+d ms, nothing disturbed it)",
+						h.name, v.addr, st.Attempt, st.RunId, now, exp.due, now-exp.due)
+				}
+			}
+		}
+	}
+}
+
+// collided names a run of st's job still in flight whose due st's id collided with
+// (runID moves a colliding run's due up a millisecond at a time), or "".
+func (k *checker) collided(h *shardHost, st *messages.RunState) string {
+	for _, r := range state(h).Runs {
+		if r.JobId == st.JobId && r.RunId != st.RunId && r.DueMs < st.DueMs && r.DueMs >= st.DueMs-8 {
+			return r.RunId
+		}
+	}
+	return ""
+}
+
+// policy is the retry policy a core applies to jobID (its defaults if none).
+func policy(h *shardHost, jobID int64) (attempts int32, ladder []int64) {
+	p := h.view[jobID].GetPolicy()
+	attempts, ladder = simAttempts, simLadderMs
+	if p.GetAttempts() > 0 {
+		attempts = p.GetAttempts()
+	}
+	if len(p.GetLadderMs()) > 0 {
+		ladder = p.GetLadderMs()
+	}
+	return attempts, ladder
+}
+
+func (k *checker) retryScheduled(h *shardHost, st *messages.RunState, now int64) {
+	attempts, ladder := policy(h, st.JobId)
+	failed := st.Attempt - 1
+	level := min(int(failed)-1, len(ladder)-1)
+	if level < 0 || int(st.Level) != level || st.DeadlineMs != now+ladder[level] {
+		k.failf("ladder", "%s on %s: after attempt %d of %s failed, the retry is at level %d due %d; the ladder %v says level %d due %d",
+			h.name, h.srv.addr, failed, st.RunId, st.Level, st.DeadlineMs, ladder, level, now+ladder[max(level, 0)])
+		return
+	}
+	if st.Attempt > attempts {
+		k.failf("ladder-attempts", "%s on %s scheduled attempt %d of %s; the job allows %d attempts", h.name, h.srv.addr, st.Attempt, st.RunId, attempts)
+	}
+	k.s.stats.Retries++
+	k.retries[st.RunId] = retryExp{attempt: st.Attempt, due: st.DeadlineMs, host: h, inc: h.srv.inc, jumps: h.srv.clock.jumps}
+}
+
+func (k *checker) deadLettered(h *shardHost, d *messages.DeadLetter) {
+	attempts, _ := policy(h, d.JobId)
+	if d.Attempts < attempts {
+		k.failf("ladder-dead-letter", "%s on %s dead-lettered %s after %d attempts; the job allows %d", h.name, h.srv.addr, d.RunId, d.Attempts, attempts)
+	}
+	k.s.stats.DeadLetters++
+}
+
+// ---------------------------------------------------------------- messages
+
+// shardSent sees every message a shard core sends.
+func (k *checker) shardSent(h *shardHost, to *messages.Ref, m proto.Message) {
+	d, ok := m.(*messages.Dispatch)
+	if !ok {
+		return
+	}
+	if jm, ok := k.deletedBefore(d.JobId); ok {
+		k.failf("fire-after-delete", "%s on %s dispatched %s attempt %d of job %d, whose delete was acknowledged at t=%d",
+			h.name, h.srv.addr, d.RunId, d.Attempt, d.JobId, jm.deletedAt-startMs)
+	}
+	for _, v := range k.s.servers {
+		if o := v.shards[h.name]; v.up && o != nil && o != h && active(o) && o.core.Epoch() > h.core.Epoch() {
+			k.failf("stale-owner", "%s@%d on %s dispatched %s while %s holds it at epoch %d",
+				h.name, h.core.Epoch(), h.srv.addr, d.RunId, v.addr, o.core.Epoch())
+		}
+	}
+	if jm := k.jobs[d.JobId]; jm != nil && d.Attempt == 1 {
+		if jm.dues == nil {
+			jm.dues = map[int64]bool{}
+		}
+		jm.dues[d.DueMs] = true
+	}
+}
+
+// executed sees every handler execution at a worker.
+func (k *checker) executed(w *worker, d *messages.Dispatch) {
+	k.s.stats.Executions++
+	key := w.id + "|" + d.RunId + "|" + strconv.Itoa(int(d.Attempt))
+	k.execs[key]++
+	if n := k.execs[key]; n > 1 {
+		k.failf("duplicate-execution", "worker %s (alive since its start) executed %s attempt %d %d times", w.id, d.RunId, d.Attempt, n)
+	}
+}
+
+// ---------------------------------------------------------------- client calls
+
+func (k *checker) opStart(c *client, o *op) {
+	jm := k.jobs[o.id]
+	if o.kind == opCreate {
+		if jm != nil {
+			k.failf("id-reused", "client %s generated job id %d, which %s generated before", c.holder, o.id, jm.client)
+			return
+		}
+		k.jobs[o.id] = &jobModel{id: o.id, app: o.app, client: c.holder}
+		return
+	}
+	if o.kind != opGet {
+		jm.ops++
+		delete(k.expect, o.id)
+	}
+	if o.kind == opDelete {
+		jm.deleting = true
+	}
+}
+
+// sentAttempt records the reply address of one attempt of a call.
+func (k *checker) sentAttempt(o *op, reply *messages.Ref) {
+	k.calls[reply.Address+"/"+reply.Id] = o
+}
+
+// updateApplied runs when a shard applied an UpdateJob: one update call (all its
+// attempts, and any duplicate of them) must change the job once.
+func (k *checker) updateApplied(from *messages.Ref, id int64) {
+	o := k.calls[from.GetAddress()+"/"+from.GetId()]
+	if o == nil {
+		return
+	}
+	o.applied++
+	if o.applied > 1 {
+		k.s.notef("update-applied-twice", "one update call of job %d was applied %d times (attempt %d re-applied it): the version moved twice and a once job fires again",
+			id, o.applied, o.tries)
+		if jm := k.jobs[id]; jm != nil {
+			jm.reapplied = true
+		}
+	}
+}
+
+func (k *checker) opDone(c *client, o *op, rep *messages.JobReply) {
+	jm := k.jobs[o.id]
+	if o.kind == opDelete {
+		jm.deleting = false
+	}
+	e := rep.Error
+	code := e.GetCode()
+	if k.s.settled && o.startMs >= k.settleAt && k.s.now-o.startMs > OpBoundMs {
+		k.failf("slow-op", "%s %d took %d ms after the cluster settled (bound %d ms)", o.kind, o.id, k.s.now-o.startMs, OpBoundMs)
+	}
+	if e == nil {
+		k.s.stats.OpsAcked++
+		if k.s.settled {
+			k.acked++
+		}
+	}
+	if code == messages.Code_INVALID_ARGUMENT {
+		k.failf("workload", "the workload sent an invalid %s for job %d: %s (field %s)", o.kind, o.id, e.GetMessage(), e.GetField())
+		return
+	}
+	if e == nil && jm.deleted && o.kind != opCreate {
+		k.failf("resurrected", "%s of job %d succeeded (%s) after its delete was acknowledged at t=%d", o.kind, o.id, brief(rep), jm.deletedAt-startMs)
+		return
+	}
+	switch o.kind {
+	case opCreate:
+		if e != nil {
+			k.failf("create-refused", "create of new job %d was refused: %s %s", o.id, code, e.GetMessage())
+			return
+		}
+		jm.acked = true
+		jm.version = rep.Job.GetVersion()
+		jm.createdMs = rep.Job.GetCreatedMs()
+		c.jobs = append(c.jobs, o.id)
+		k.s.stats.Creates++
+		if j := rep.Job; j.GetSchedule().GetKind() == messages.ScheduleKind_ONCE && j.GetState() == messages.JobState_ACTIVE {
+			jm.onceDue = j.GetNextDueMs()
+		}
+	case opDelete:
+		switch {
+		case e == nil:
+			k.markDeleted(c, jm)
+		case code == messages.Code_NOT_FOUND:
+			// An earlier attempt, or a duplicate of this request, deleted it: the
+			// network may answer a call twice and the first answer wins. A job
+			// that was really lost is caught by the state checks.
+			k.markDeleted(c, jm)
+		default:
+			k.failf("call-refused", "delete of job %d refused: %s %s", o.id, code, e.GetMessage())
+		}
+	default:
+		switch {
+		case e == nil:
+			v := rep.Job.GetVersion()
+			if v < jm.version || (o.kind == opUpdate && v == jm.version) {
+				k.failf("version-regressed", "%s of job %d answered version %d; version %d was acknowledged before", o.kind, o.id, v, jm.version)
+			}
+			jm.version = max(jm.version, v)
+		case code == messages.Code_NOT_FOUND:
+			if !jm.deleted && !jm.maybeDeleted {
+				k.notFound(jm, o, e)
+			}
+		default:
+			k.failf("call-refused", "%s of job %d refused: %s %s", o.kind, o.id, code, e.GetMessage())
+		}
+	}
+}
+
+func (k *checker) markDeleted(c *client, jm *jobModel) {
+	if h := k.holder(route.Root(jm.app).String()); h != nil && !jm.deleted {
+		if j := h.view[jm.id]; j != nil && j.Version == 1 {
+			k.failf("resurrected-by-late-create", "%s on %s holds job %d again (a CreateJob that arrived late) when its delete is acknowledged",
+				h.name, h.srv.addr, jm.id)
+		}
+	}
+	if !jm.deleted {
+		jm.deleted = true
+		jm.deletedAt = k.s.now
+		k.s.stats.Deletes++
+	}
+	c.forget(jm.id)
+}
+
+func (k *checker) notFound(jm *jobModel, o *op, e *messages.Error) {
+	k.failf("acked-job-lost", "job %d (create acknowledged, version %d, never deleted) is not found by %s: %s",
+		jm.id, jm.version, o.kind, e.GetMessage())
+}
+
+func (k *checker) opGaveUp(c *client, o *op, why string) {
+	k.s.stats.OpsGaveUp++
+	k.s.tracef("%s: %s %d gave up after %d tries: %s", c.addr, o.kind, o.id, o.tries, why)
+	if k.s.settled && o.startMs >= k.settleAt && why != "client crashed" {
+		k.failf("liveness-op", "%s of job %d, started after the cluster settled, gave up after %d tries: %s", o.kind, o.id, o.tries, why)
+	}
+	jm := k.jobs[o.id]
+	switch o.kind {
+	case opCreate:
+		jm.maybeCreated = true
+	case opDelete:
+		jm.deleting = false
+		if o.sent {
+			jm.maybeDeleted = true
+		}
+	}
+}
+
+// ---------------------------------------------------------------- state checks
+
+// owners returns each shard's active owner, checking that there is only one.
+func (k *checker) owners() map[string]*shardHost {
+	out := map[string]*shardHost{}
+	for _, v := range k.s.servers {
+		if !v.up {
+			continue
+		}
+		for _, n := range v.hostNames() {
+			h := v.shards[n]
+			if !active(h) {
+				continue
+			}
+			o := out[n]
+			if o == nil {
+				out[n] = h
+				continue
+			}
+			if o.core.Epoch() == h.core.Epoch() {
+				k.failf("two-owners", "shard %s is active on %s and on %s, both at epoch %d", n, o.srv.addr, v.addr, h.core.Epoch())
+			} else {
+				k.failf("stale-owner-active", "shard %s is active on %s at epoch %d and on %s at epoch %d", n, o.srv.addr, o.core.Epoch(), v.addr, h.core.Epoch())
+			}
+			if h.core.Epoch() > o.core.Epoch() {
+				out[n] = h
+			}
+		}
+	}
+	return out
+}
+
+func (k *checker) ownersChanged() { k.owners() }
+
+// holder is the live copy of shard with the highest epoch, frozen or not.
+func (k *checker) holder(shard string) *shardHost {
+	var best *shardHost
+	for _, v := range k.s.servers {
+		if h := v.shards[shard]; v.up && h != nil && !h.gone && (best == nil || h.core.Epoch() > best.core.Epoch()) {
+			best = h
+		}
+	}
+	return best
+}
+
+// assigned runs when target is told to open shard at epoch: no other server may hold
+// it (live, or in a journal it will recover) at that epoch or a higher one.
+func (k *checker) assigned(target *server, shard string, epoch int64) {
+	for _, v := range k.s.servers {
+		if v == target {
+			continue
+		}
+		if e, ok := k.held(v, shard); ok && e >= epoch {
+			state := "holds"
+			if !v.up {
+				state = "is down and will recover"
+			}
+			k.failf("duplicate-placement", "the NameServer assigned %s@%d to %s, but %s %s it at epoch %d",
+				shard, epoch, target.addr, v.addr, state, e)
+			return
+		}
+	}
+}
+
+// held is the epoch at which v holds shard now (up) or will hold it after its
+// restart (down: what recovery of its disk would rebuild).
+func (k *checker) held(v *server, shard string) (int64, bool) {
+	if v.up {
+		if h := v.shards[shard]; h != nil {
+			return h.core.Epoch(), true
+		}
+		return 0, false
+	}
+	cp := &disk{log: append([]byte(nil), v.disk.log...), synced: v.disk.synced}
+	res := replayLog(v, cp, k.s.now, true)
+	for _, st := range res.order {
+		if c := res.cores[st]; c.Shard().String() == shard {
+			return c.Epoch(), true
+		}
+	}
+	return 0, false
+}
+
+func state(h *shardHost) *messages.ShardSnapshot {
+	snap := &messages.ShardSnapshot{}
+	if err := proto.Unmarshal(h.core.Snapshot(), snap); err != nil {
+		panic(fmt.Sprintf("sim: a core's own snapshot does not decode: %v", err))
+	}
+	return snap
+}
+
+// checkJobs checks every acknowledged job against the active owner of its shard
+// (only the owners on srv, when srv is not nil).
+func (k *checker) checkJobs(srv *server) {
+	owners := k.owners()
+	states := map[string]map[int64]*messages.Job{}
+	ids := make([]int64, 0, len(k.jobs))
+	for id := range k.jobs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		jm := k.jobs[id]
+		if !jm.acked {
+			continue
+		}
+		name := route.Root(jm.app).String()
+		h := owners[name]
+		if h == nil || (srv != nil && h.srv != srv) {
+			continue
+		}
+		jobs := states[name]
+		if jobs == nil {
+			jobs = map[int64]*messages.Job{}
+			for _, j := range state(h).Jobs {
+				jobs[j.Id] = j
+			}
+			states[name] = jobs
+		}
+		j := jobs[id]
+		switch {
+		case jm.deleted && j != nil:
+			k.failf("resurrected", "job %d is in %s@%d on %s again (version %d) after its delete was acknowledged at t=%d",
+				id, name, h.core.Epoch(), h.srv.addr, j.Version, jm.deletedAt-startMs)
+		case jm.deleting:
+		case !jm.deleted && !jm.maybeDeleted && j == nil:
+			k.failf("acked-job-lost", "job %d (create acknowledged, version %d) is missing from %s@%d on %s",
+				id, jm.version, name, h.core.Epoch(), h.srv.addr)
+		case !jm.deleted && !jm.maybeDeleted && j.Version < jm.version:
+			k.failf("acked-job-lost", "job %d is at version %d in %s@%d on %s; version %d was acknowledged",
+				id, j.Version, name, h.core.Epoch(), h.srv.addr, jm.version)
+		}
+	}
+}
+
+// journalCheck compares each quiescent active shard with the shadow that replays its
+// records: what a restart would rebuild must be what the shard holds.
+func (k *checker) journalCheck() {
+	for _, v := range k.s.servers {
+		if !v.up {
+			continue
+		}
+		for _, n := range v.hostNames() {
+			h := v.shards[n]
+			if !active(h) || h.shadow == nil || !h.core.Quiescent() {
+				continue
+			}
+			if d := diffStates(state(h), shadowState(h)); d != "" {
+				k.failf("journal-mismatch", "%s@%d on %s holds state its journal does not: %s (a restart would lose it)",
+					n, h.core.Epoch(), v.addr, d)
+				return
+			}
+		}
+	}
+}
+
+func shadowState(h *shardHost) *messages.ShardSnapshot {
+	snap := &messages.ShardSnapshot{}
+	_ = proto.Unmarshal(h.shadow.Snapshot(), snap)
+	return snap
+}
+
+// normRun clears what a run holds only in memory: where and when it was last sent.
+func normRun(st *messages.RunState) *messages.RunState {
+	c := proto.Clone(st).(*messages.RunState)
+	c.WorkerId, c.DispatchedMs, c.Fire = "", 0, false
+	if c.Level < 0 {
+		c.DeadlineMs = 0
+	}
+	return c
+}
+
+func jobBrief(j *messages.Job) string {
+	return fmt.Sprintf("{v%d %s next=%d runs=%d last_due=%d last_finish=%d}", j.Version, j.State, j.NextDueMs, j.Runs, j.LastDueMs, j.LastFinishMs)
+}
+
+func runBrief(st *messages.RunState) string {
+	return fmt.Sprintf("{attempt %d level %d deadline=%d due=%d}", st.Attempt, st.Level, st.DeadlineMs, st.DueMs)
+}
+
+// diffStates describes the first difference between a live state and a replayed one.
+func diffStates(live, replayed *messages.ShardSnapshot) string {
+	if a, b := live.Meta.GetEpoch(), replayed.Meta.GetEpoch(); a != b {
+		return fmt.Sprintf("epoch %d, journal says %d", a, b)
+	}
+	rj := map[int64]*messages.Job{}
+	for _, j := range replayed.Jobs {
+		rj[j.Id] = j
+	}
+	for _, j := range live.Jobs {
+		if o := rj[j.Id]; o == nil {
+			return fmt.Sprintf("job %d is not in the journal", j.Id)
+		} else if !proto.Equal(j, o) {
+			return fmt.Sprintf("job %d is %s in memory, %s in the journal", j.Id, jobBrief(j), jobBrief(o))
+		}
+		delete(rj, j.Id)
+	}
+	for _, j := range replayed.Jobs {
+		if rj[j.Id] != nil {
+			return fmt.Sprintf("job %d is in the journal, not in memory", j.Id)
+		}
+	}
+	rr := map[string]*messages.RunState{}
+	for _, st := range replayed.Runs {
+		rr[st.RunId] = normRun(st)
+	}
+	for _, st := range live.Runs {
+		n := normRun(st)
+		if o := rr[st.RunId]; o == nil {
+			return fmt.Sprintf("run %s (attempt %d, level %d) is not in the journal", st.RunId, st.Attempt, st.Level)
+		} else if !proto.Equal(n, o) {
+			return fmt.Sprintf("run %s is %s in memory, %s in the journal", st.RunId, runBrief(n), runBrief(o))
+		}
+		delete(rr, st.RunId)
+	}
+	for _, id := range sortedKeys(rr) {
+		return fmt.Sprintf("run %s is in the journal, not in memory", id)
+	}
+	if len(live.Dead) != len(replayed.Dead) {
+		return fmt.Sprintf("%d dead letters in memory, %d in the journal", len(live.Dead), len(replayed.Dead))
+	}
+	for i := range live.Dead {
+		if !proto.Equal(live.Dead[i], replayed.Dead[i]) {
+			return fmt.Sprintf("dead letter %s differs from the journal's %s", live.Dead[i].RunId, replayed.Dead[i].RunId)
+		}
+	}
+	if len(live.History) != len(replayed.History) {
+		return fmt.Sprintf("%d history records in memory, %d in the journal", len(live.History), len(replayed.History))
+	}
+	for i := range live.History {
+		if !proto.Equal(live.History[i], replayed.History[i]) {
+			return fmt.Sprintf("history record of %s differs from the journal's", live.History[i].RunId)
+		}
+	}
+	return ""
+}
+
+// recovered runs right after a server rebuilt its shards: the moment an
+// acknowledged-but-not-durable write would show up missing.
+func (k *checker) recovered(v *server) {
+	k.checkJobs(v)
+}
+
+// checkpoint runs every few seconds.
+func (k *checker) checkpoint() {
+	if k.s.fail != nil {
+		return
+	}
+	k.s.stats.ChecksRun++
+	k.checkJobs(nil)
+	k.journalCheck()
+}
+
+// settle starts the coverage list: every due the owners have promised.
+func (k *checker) settle() {
+	k.settleAt = k.s.now
+	owners := k.owners()
+	for _, n := range sortedKeys(owners) {
+		h := owners[n]
+		for _, j := range state(h).Jobs {
+			if j.State == messages.JobState_ACTIVE && j.NextDueMs > 0 {
+				k.expect[j.Id] = j.NextDueMs
+			}
+		}
+	}
+}
+
+// final runs the end-of-run checks: state, liveness, dead-letter uniqueness.
+func (k *checker) final() {
+	k.s.tracef("final checks")
+	k.checkpoint()
+	if k.s.fail != nil {
+		return
+	}
+	owners := k.owners()
+	for _, app := range k.s.apps {
+		if k.anyJobs(app) && owners[route.Root(app).String()] == nil {
+			k.failf("liveness-owner", "no active owner for shard %s at the end, %d ms after faults stopped", route.Root(app), k.s.now-k.s.heal)
+			return
+		}
+	}
+	ids := make([]int64, 0, len(k.expect))
+	for id := range k.expect {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		due := k.expect[id]
+		h := owners[route.Root(k.jobs[id].app).String()]
+		if h == nil || due <= 0 {
+			continue
+		}
+		if j := h.view[id]; j != nil {
+			due = max(due, j.UpdatedMs) // a due already past when it was set counts from then
+		}
+		if now := h.srv.now(); due < now-LateBoundMs {
+			k.failf("due-run-missed", "job %d: %s promised a run due at %d; none was dispatched by %d (%d ms later)",
+				id, h.name, due, now, now-due)
+			return
+		}
+	}
+	ids = ids[:0]
+	for id := range k.jobs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		jm := k.jobs[id]
+		h := owners[route.Root(jm.app).String()]
+		if h == nil || !jm.acked || jm.deleted || jm.maybeDeleted || jm.ops > 0 || jm.onceDue == 0 || jm.dues[jm.onceDue] {
+			continue
+		}
+		due := max(jm.onceDue, jm.createdMs)
+		if now := h.srv.now(); due < now-LateBoundMs {
+			k.failf("due-run-missed", "once job %d was due at %d and was never dispatched (now %d)", id, jm.onceDue, now)
+			return
+		}
+	}
+	for _, n := range sortedKeys(owners) {
+		h := owners[n]
+		now := h.srv.now()
+		st := state(h)
+		for _, r := range st.Runs {
+			if (r.Level >= 0 || r.WorkerId != "") && r.DeadlineMs < now-LateBoundMs {
+				k.failf("timer-stuck", "%s on %s: run %s (attempt %d, level %d) was due at %d; it is %d", n, h.srv.addr, r.RunId, r.Attempt, r.Level, r.DeadlineMs, now)
+				return
+			}
+		}
+		for _, j := range st.Jobs {
+			if j.State == messages.JobState_ACTIVE && j.NextDueMs > 0 && j.NextDueMs < now-LateBoundMs {
+				k.failf("fire-stuck", "%s on %s: job %d was due at %d; it is %d", n, h.srv.addr, j.Id, j.NextDueMs, now)
+				return
+			}
+		}
+	}
+	dead := map[string]int{}
+	reapplied := map[int64]bool{}
+	for id, jm := range k.jobs {
+		if jm.reapplied {
+			reapplied[id] = true
+		}
+	}
+	for _, v := range k.s.servers {
+		v.disk.records(func(r persistence.Record) {
+			if messages.RecordType(r.Type) == messages.RecordType_DEAD_LETTERED {
+				d := &messages.DeadLetter{}
+				if proto.Unmarshal(r.Payload, d) == nil && !reapplied[d.JobId] {
+					dead[d.RunId]++
+				}
+			}
+		})
+	}
+	for _, id := range sortedKeys(dead) {
+		if dead[id] > 1 {
+			k.failf("dead-letter-twice", "run %s was dead-lettered %d times (durably)", id, dead[id])
+			return
+		}
+	}
+	for _, c := range k.s.clients {
+		if o := c.op; c.up && o != nil && o.startMs >= k.settleAt && k.s.now-o.startMs > OpBoundMs {
+			k.failf("liveness-op", "%s %s of job %d has been outstanding for %d ms after the cluster settled", c.addr, o.kind, o.id, k.s.now-o.startMs)
+			return
+		}
+	}
+	if len(k.s.clients) > 0 && k.acked == 0 {
+		k.failf("no-progress", "no client call was acknowledged in the %d ms after the cluster settled", k.s.now-k.settleAt)
+	}
+}
+
+func (k *checker) anyJobs(app string) bool {
+	for _, jm := range k.jobs {
+		if jm.app == app && jm.acked {
+			return true
+		}
+	}
+	return false
+}

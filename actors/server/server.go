@@ -253,7 +253,7 @@ func (a *Actor) pushWorkers(ctx actor.Context) {
 	for name, c := range a.children {
 		sh := c.core.Shard()
 		all := byApp[sh.App]
-		group := Group(sh, shardsOf[sh.App], all)
+		group := route.Group(sh, shardsOf[sh.App], all)
 		key := ""
 		for _, w := range group {
 			key += w.WorkerId + "@" + w.Ref.GetAddress() + "/" + w.Ref.GetId() + ";"
@@ -264,30 +264,4 @@ func (a *Actor) pushWorkers(ctx actor.Context) {
 		a.groups[name] = key
 		ctx.Send(c.pid, &shard.SetWorkers{Workers: group})
 	}
-}
-
-// Group returns the workers of shard s among all the app's workers, given the app's
-// shards: those whose id hashes into s's range (deepest shard wins), or all when none.
-func Group(s route.Shard, shards []route.Shard, all []*messages.WorkerInfo) []*messages.WorkerInfo {
-	if len(shards) <= 1 {
-		return all
-	}
-	var g []*messages.WorkerInfo
-	for _, w := range all {
-		h := route.HashString(w.WorkerId)
-		var best route.Shard
-		found := false
-		for _, o := range shards {
-			if o.Contains(h) && (!found || o.Level > best.Level) {
-				best, found = o, true
-			}
-		}
-		if found && best == s {
-			g = append(g, w)
-		}
-	}
-	if len(g) == 0 {
-		return all
-	}
-	return g
 }

@@ -1,10 +1,9 @@
-package server
+package route
 
 import (
 	"fmt"
 	"testing"
 
-	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/messages"
 )
 
@@ -13,8 +12,8 @@ func TestGroupPartitionsWorkersAmongShards(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		all = append(all, &messages.WorkerInfo{WorkerId: fmt.Sprintf("w%d", i)})
 	}
-	l, r := route.Root("a").Children()
-	shards := []route.Shard{l, r}
+	l, r := Root("a").Children()
+	shards := []Shard{l, r}
 	gl, gr := Group(l, shards, all), Group(r, shards, all)
 	if len(gl)+len(gr) != len(all) || len(gl) < 60 || len(gr) < 60 {
 		t.Fatalf("groups of %d and %d workers out of %d", len(gl), len(gr), len(all))
@@ -26,7 +25,7 @@ func TestGroupPartitionsWorkersAmongShards(t *testing.T) {
 		}
 		seen[w.WorkerId] = true
 	}
-	if g := Group(route.Root("a"), []route.Shard{route.Root("a")}, all); len(g) != len(all) {
+	if g := Group(Root("a"), []Shard{Root("a")}, all); len(g) != len(all) {
 		t.Fatal("a single shard does not get every worker")
 	}
 	// a shard whose group is empty falls back to all the app's workers

@@ -437,6 +437,10 @@ func (c *Core) Recovered(nowMs int64, durableLSN uint64, env Env) {
 	c.flush(env)
 }
 
+// Decode parses a journal record's payload by its type (the simulator and tools
+// read journals with it).
+func Decode(t messages.RecordType, b []byte) (proto.Message, error) { return decode(t, b) }
+
 func decode(t messages.RecordType, b []byte) (proto.Message, error) {
 	var m proto.Message
 	switch t {

@@ -7,37 +7,57 @@
 //
 // # Structure
 //
-// Time is mapped onto an unsigned 64-bit key (the int64 with its sign bit
-// flipped, so order is kept and negative times work). The key is cut into
-// 6-bit digits; level L has 64 slots, one per value of digit L, so a level-0
-// slot spans 1 ms, a level-1 slot 64 ms, a level-2 slot 4.1 s, level 3
-// 4.4 min, level 4 4.7 h, level 5 12.4 days, level 6 2.2 years, and so on:
-// eleven levels cover every int64, so the horizon is unbounded and the top
-// levels act as the overflow area. Relative to the wheel's position
-// (elapsed), an entry sits at the level of the highest digit in which its
-// due time differs from elapsed, in the slot named by that digit. Hence all
-// entries of a level lie within elapsed's current slot of the level above,
-// the lowest occupied level holds the earliest entries, and its lowest
-// occupied slot is the next one to process. A 64-bit occupancy bitmap per
-// level and a bitmap of non-empty levels find it with two trailing-zero
-// counts, however much idle time lies between.
+// A due time is mapped onto an unsigned 64-bit key (the int64 with its sign
+// bit flipped, so order is kept and negative times work). The key is cut
+// into digits, one per level:
+//
+//	level  key bits  slots  slot width   the level spans
+//	0      0-5          64  1 ms         64 ms
+//	1      6-17       4096  64 ms        4.4 min
+//	2      18-23        64  4.4 min      4.7 h
+//	3      24-29        64  4.7 h        12.4 days
+//	4      30-35        64  12.4 days    2.2 years
+//	5-9    36-63        64  ...          the rest of int64
+//
+// Relative to the wheel's position (elapsed), an entry sits at the level of
+// the highest digit in which its key differs from elapsed, in the slot named
+// by that digit. So all entries of a level lie within elapsed's current slot
+// of the level above, the lowest occupied level holds the earliest entries,
+// and its lowest occupied slot is the next one to process. An occupancy
+// bitmap per level (and a summary word over level 1's 64 words) and a
+// bitmap of non-empty levels find that slot in a few trailing-zero counts,
+// however much idle time lies between. Every int64 has a slot: the horizon
+// is unbounded, and the top levels are the overflow area, cascading down as
+// the clock reaches them. Level 1 is wide so that a timer due within a
+// minute or so is moved (cascaded) at most once before it fires, wherever
+// the minute falls.
 //
 // Advance repeatedly takes that slot while it starts at or before the new
-// time: a level-0 slot holds exactly one due time and fires in FIFO order; a
-// higher slot is cascaded, each of its entries re-inserted (in list order)
-// at a lower level relative to the slot's start. The levels below are empty
-// at that moment, so order among equal due times, which every insertion
-// establishes by appending, survives cascading. Entries whose due time is
-// not after the clock when they are added wait on an overdue list, which
-// the next Advance sorts stably by due time and fires before the slots.
+// time: a level-0 slot holds exactly one due time and fires in insertion
+// order; a higher slot is cascaded, its entries re-inserted, in order, one
+// level or more further down, relative to the slot's start. The levels below
+// are empty at that moment, so the insertion order of equal due times,
+// which every insertion establishes by appending, survives cascading.
+// Entries whose due time is not after the clock when they are added wait in
+// an overdue list, which the next Advance sorts stably by due time and
+// fires before the slots.
 //
-// Entries live in a slab: chunks of 1024 fixed 32-byte structs with int32
-// links and no pointers, so the garbage collector never scans them, chunks
-// never move (no copying as the slab grows), and freed entries are reused
-// through a free list. Each list is doubly linked through the slab, with
-// its head stored in the slab too. A Handle is the slab index plus the
-// slot's generation, which is bumped whenever the entry fires or is
-// cancelled: a stale handle is recognised and never touches another entry.
+// # Memory layout
+//
+// Entries live in a slab: chunks of 1024 fixed 24-byte structs (due,
+// payload, generation, position) with no pointers, so the garbage collector
+// never scans them, and chunks never move, so the slab grows without
+// copying. Freed entries are reused through a free list. A slot is an array
+// of 8-byte elements in insertion order, each the entry's slab index and
+// the low 32 bits of its key; the entry records its position in that array,
+// so Cancel and Reschedule find their element in O(1) and leave a
+// tombstone (the newest element is simply dropped). A slot whose tombstones
+// outnumber its live elements is compacted. The kept key bits let a cascade
+// place elements, and NextDue find a slot's minimum, without reading the
+// entries, which lie at random places in the slab. A Handle is the slab
+// index plus the entry's generation, which is bumped whenever the entry
+// fires or is cancelled: a stale handle is recognised and never touches
+// another entry.
 //
 // # Order and timing guarantees
 //
@@ -55,23 +75,30 @@
 //
 // # Complexity
 //
-// Add, Cancel, Reschedule, Get, Len and Now are O(1). NextDue is O(1) plus,
-// at most, one scan of one slot, only when the cached minimum of that slot
-// was cancelled or moved since it was last computed. Advance costs O(1) per
-// occupied slot it reaches and per entry it fires, plus one re-insertion per
-// cascade of an entry; an entry cascades at most once per level below the
-// one it was inserted at (twice for a due time within a minute, six times for
-// one years away). Idle time costs nothing. Each is O(slab size).
+// Add, Cancel, Reschedule, Get, Len and Now are O(1) (amortized: an
+// occasional array growth or compaction is linear in one slot, paid for by
+// the insertions or cancellations that made it necessary). NextDue is O(1),
+// plus one scan of one slot's elements when that slot's cached minimum was
+// cancelled or moved since it was last computed. Advance costs O(1) per
+// occupied slot it reaches and per entry it fires, plus O(1) per cascade of
+// an entry; an entry is cascaded at most once per level below the one it
+// was inserted at (at most once for a due time within a few minutes, four
+// times for one within two years). Idle time costs nothing. Each is O(slab
+// size).
 //
 // # Memory
 //
-// 32 bytes per entry in the slab, which never shrinks: its size is the
-// largest number of entries ever pending (rounded up to 1024), plus about
-// 30 KiB of fixed state per wheel (list heads, bitmaps, minimum caches).
+// 24 bytes per entry in the slab, plus 8 bytes per element in the slot
+// arrays (and their growth slack): about 33 bytes per pending timer. The slab
+// never shrinks: its size is the largest number of entries ever pending.
+// Slot arrays follow the pending entries: a slot emptied by firing or
+// cascading gives a large array back. Fixed state is about 53 KiB per wheel,
+// plus up to 192 KiB for level 1, allocated 3 KiB (64 slots) at a time as
+// it is used.
 //
 // # Limits
 //
-//   - At most 2^31 - 707 entries pending at once (int32 slab indices);
+//   - At most 2^29 entries pending at once (slot positions are 30 bits);
 //     Add panics beyond.
 //   - A generation counter is 32 bits: a handle goes stale for good unless
 //     the same slab slot is reused 2^32 times while it is still held.

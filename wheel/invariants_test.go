@@ -14,7 +14,14 @@ func (w *Wheel) check() error {
 	total := 0
 	var levelsSeen uint16
 	for b := int32(0); b < numBuckets; b++ {
-		bk := &w.buckets[b]
+		if b >= 64 && b < l2Base && w.l1[(b-64)>>6] == nil {
+			if w.occupied[b>>6] != 0 {
+				return fmt.Errorf("level-1 word %d occupied without a page", b>>6)
+			}
+			b += 63 // the whole page is empty
+			continue
+		}
+		bk := w.bucket(b)
 		if bk.head != 0 {
 			return fmt.Errorf("bucket %d: head %d outside Advance", b, bk.head)
 		}
@@ -29,11 +36,7 @@ func (w *Wheel) check() error {
 				return fmt.Errorf("bucket %d: bad index %d", b, i)
 			}
 			e := w.at(i)
-			if b < 64 {
-				if uint32(el>>32) != e.gen || bk.pay[pos] != e.payload {
-					return fmt.Errorf("slot %d: element %d keeps gen %d payload %d, entry has %d %d", b, pos, el>>32, bk.pay[pos], e.gen, e.payload)
-				}
-			} else if uint32(el>>32) != uint32(key(e.due)) {
+			if uint32(el>>32) != uint32(key(e.due)) {
 				return fmt.Errorf("bucket %d: element %d keeps key bits %x, entry due %d", b, pos, el>>32, e.due)
 			}
 			if int(e.loc&posMask) != pos {
@@ -62,9 +65,6 @@ func (w *Wheel) check() error {
 		if live != int(bk.live) {
 			return fmt.Errorf("bucket %d: %d live elements, count says %d", b, live, bk.live)
 		}
-		if b < 64 && len(bk.pay) != len(bk.els) || b >= 64 && len(bk.pay) != 0 {
-			return fmt.Errorf("bucket %d: %d payloads for %d elements", b, len(bk.pay), len(bk.els))
-		}
 		if (live == 0) != (len(bk.els) == 0) {
 			return fmt.Errorf("bucket %d: %d live in an array of %d", b, live, len(bk.els))
 		}
@@ -83,6 +83,11 @@ func (w *Wheel) check() error {
 			}
 		}
 		total += live
+	}
+	for j := range l1Pages {
+		if (w.l1sum&(1<<j) != 0) != (w.occupied[1+j] != 0) {
+			return fmt.Errorf("l1sum %x disagrees with level-1 word %d", w.l1sum, j)
+		}
 	}
 	if levelsSeen != w.levelMask {
 		return fmt.Errorf("levelMask %b, occupied levels %b", w.levelMask, levelsSeen)

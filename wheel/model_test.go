@@ -101,7 +101,7 @@ func satAdd(a, b int64) int64 {
 
 func newHarness(src source) *harness {
 	var origin int64
-	switch src.intn(6) {
+	switch src.intn(12) {
 	case 0:
 		origin = 0
 	case 1:
@@ -121,15 +121,17 @@ func newHarness(src source) *harness {
 func (hs *harness) pickDue() int64 {
 	s := hs.src
 	var d int64
-	switch s.intn(10) {
+	switch s.intn(12) {
 	case 0:
 		d = hs.now // 0 ms delay
 	case 1:
 		d = satAdd(hs.now, int64(s.intn(5))-2)
 	case 2:
 		d = satAdd(hs.now, 1+int64(s.intn(100)))
-	case 3:
+	case 3, 9:
 		d = satAdd(hs.now, int64(s.intn(300_000)))
+	case 10:
+		d = satAdd(hs.now, int64(s.intn(20_000_000))) // hours: levels 2 and 3
 	case 4:
 		d = satAdd(hs.now, -1-int64(s.intn(1_000_000))) // negative delay
 	case 5:
@@ -226,26 +228,33 @@ func (hs *harness) get() {
 
 func (hs *harness) pickAdvance() int64 {
 	s := hs.src
-	switch s.intn(8) {
+	switch s.intn(10) {
 	case 0:
 		return satAdd(hs.now, int64(s.intn(3)))
-	case 1:
+	case 1, 2:
 		return satAdd(hs.now, int64(s.intn(200)))
-	case 2:
-		return satAdd(hs.now, int64(s.intn(10_000_000)))
 	case 3:
-		return satAdd(hs.now, -1-int64(s.intn(10))) // backwards: no-op
+		return satAdd(hs.now, int64(s.intn(300_000))) // across level-1 slots
 	case 4:
+		return satAdd(hs.now, int64(s.intn(10_000_000)))
+	case 5:
+		return satAdd(hs.now, -1-int64(s.intn(10))) // backwards: no-op
+	case 6:
 		if d, ok := hs.modelNextDue(); ok {
 			return max(d, hs.now)
 		}
 		return hs.now
-	case 5:
-		if s.intn(20) == 0 {
-			return math.MaxInt64
+	case 7:
+		if len(hs.dues) > 0 {
+			return max(hs.dues[s.intn(len(hs.dues))], hs.now)
 		}
+		return satAdd(hs.now, int64(s.intn(64)))
+	case 8:
 		return satAdd(hs.now, int64(1+s.intn(3))*msPerYear)
 	default:
+		if s.intn(50) == 0 {
+			return math.MaxInt64 // the end of time: everything fires
+		}
 		return hs.pickDue()
 	}
 }
@@ -389,6 +398,8 @@ func (hs *harness) step() {
 	hs.checkAll()
 }
 
+// TestPropertyAgainstModel runs rapid's default 100 random operation
+// sequences; go test -run Property -rapid.checks=10000 runs more.
 func TestPropertyAgainstModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		hs := newHarness(rapidSource{t})
@@ -416,10 +427,14 @@ type drainSource struct{ source }
 
 func (drainSource) intn(int) int { return 7 }
 
+// FuzzWheel decodes its input as an operation sequence: after a byte that
+// picks the clock's origin, each operation is a byte choosing it (see step)
+// followed by the bytes its own choices consume (pickDue, pickHandle,
+// pickAdvance, and the callback's operations); past the end every choice
+// is 0. The seeds are short hand-made sequences and pseudo-random ones.
 func FuzzWheel(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0, 0, 0, 0, 0, 8, 0})
-	// add 0 ms, add -1 ms, add years, cancel, advance to next due
 	f.Add([]byte{1, 0, 0, 0, 4, 1, 0, 5, 3, 0, 4, 0, 0, 8, 4, 8, 4})
 	f.Add([]byte{3, 9, 9, 9, 9, 9, 9, 9, 9, 8, 1, 10, 3, 8, 0, 6, 1, 9, 8, 5, 0})
 	rng := rand.New(rand.NewPCG(1, 2))

@@ -12,16 +12,19 @@ import (
 type Handle uint64
 
 // Geometry. Due times are mapped onto 64-bit keys (see key). Level 0 has 64
-// slots of 1 ms; level 1 has 1024 slots of 64 ms (10 key bits), so that a
-// timer due within about a minute is cascaded at most once before it
-// fires, and each cascade moves only 64 ms worth of timers; the levels
-// above have 64 slots (6 bits). Ten levels cover all 64 key bits, so every
-// int64 due time has a slot and the top levels are the overflow area: the
-// horizon is unbounded.
+// slots of 1 ms. Level 1 has 4096 slots of 64 ms (12 key bits, a block of
+// 4.4 minutes), so that a timer due within a minute or so is cascaded at
+// most once before it fires, however the minute falls on the blocks, and
+// each cascade moves only 64 ms worth of timers. The levels above have 64
+// slots (6 bits). Ten levels cover all 64 key bits (the top one uses 4),
+// so every int64 due time has a slot and the top levels are the overflow
+// area: the horizon is unbounded.
 const (
 	numLevels = 10
-	numSlots  = 64 + 1024 + (numLevels-2)*64 // wheel buckets
-	l2Base    = 64 + 1024                    // bucket of level 2, slot 0
+	l1Slots   = 4096
+	l2Base    = 64 + l1Slots              // bucket of level 2, slot 0
+	numSlots  = l2Base + (numLevels-2)*64 // wheel buckets
+	l1Pages   = l1Slots / 64              // level-1 buckets are allocated 64 at a time
 
 	// Buckets 0..numSlots-1 are the wheel slots, level by level (levelBase).
 	overdueBucket = numSlots     // due <= Now(): fires at the next Advance
@@ -73,15 +76,15 @@ func levelShift(l uint) uint {
 	case 1:
 		return 6
 	}
-	return 16 + (l-2)*6
+	return 18 + (l-2)*6
 }
 
 // levelBits is the number of key bits (log2 of the slots) of level l.
 func levelBits(l uint) uint {
 	if l == 1 {
-		return 10
+		return 12
 	}
-	return 6
+	return 6 // the top level only ever uses the low 4 of its 6 bits
 }
 
 // levelBase is the bucket index of level l's slot 0; it is a multiple of 64.
@@ -100,10 +103,10 @@ func levelOfBit(p uint) uint {
 	switch {
 	case p < 6:
 		return 0
-	case p < 16:
+	case p < 18:
 		return 1
 	}
-	return 2 + (p-16)/6
+	return 2 + (p-18)/6
 }
 
 // levelOfBucket is the level of wheel bucket b.
@@ -115,12 +118,6 @@ func levelOfBucket(b int32) uint {
 		return 1
 	}
 	return 2 + uint(b-l2Base)>>6
-}
-
-// levelWords returns the occupancy words of level l.
-func (w *Wheel) levelWords(l uint) []uint64 {
-	lo := levelBase(l) >> 6
-	return w.occupied[lo : lo+max(1, uint(1)<<levelBits(l)>>6)]
 }
 
 // entry is one slab slot. It holds no pointers, so the garbage collector
@@ -135,16 +132,12 @@ type entry struct {
 // bucket is one list of entries in insertion order. Each element packs the
 // low 32 bits of the entry's key (high half) and its slab index (low half);
 // an element whose index is 0 is a tombstone, left by an entry that was
-// cancelled or moved. A level-0 slot holds a single due time, so its
-// elements keep the entry's generation in the high half instead, and pay
-// keeps the payloads: firing then reads nothing from the slab, which it
-// would reach at random places, and only stores to it.
+// cancelled or moved.
 type bucket struct {
 	els    []uint64
-	pay    []uint64 // level-0 slots only: pay[j] is the payload of els[j]
-	head   int32    // next position to fire (only moves while firing)
-	live   int32    // elements that are not tombstones
-	minDue int64    // exact earliest due of the live elements, if minOK
+	head   int32 // next position to fire (only moves while firing)
+	live   int32 // elements that are not tombstones
+	minDue int64 // exact earliest due of the live elements, if minOK
 	minOK  bool
 }
 
@@ -187,7 +180,30 @@ type Wheel struct {
 	firing    int32 // bucket being fired during Advance, or noBucket
 
 	occupied [numSlots / 64]uint64 // bit b%64 of word b/64: bucket b non-empty
-	buckets  [numBuckets]bucket
+	l1sum    uint64                // bit j: occupied[1+j] != 0 (level 1's words)
+
+	// The buckets, by index: level 0, level 1 (in pages allocated when
+	// first used, so that a small wheel stays small), then the levels
+	// above, overdue and firing.
+	low  [64]bucket
+	l1   [l1Pages]*[64]bucket
+	high [numBuckets - l2Base]bucket
+}
+
+// bucket returns bucket b, allocating its page if needed.
+func (w *Wheel) bucket(b int32) *bucket {
+	switch {
+	case b < 64:
+		return &w.low[b]
+	case b < l2Base:
+		pg := w.l1[(b-64)>>6]
+		if pg == nil {
+			pg = new([64]bucket)
+			w.l1[(b-64)>>6] = pg
+		}
+		return &pg[(b-64)&63]
+	}
+	return &w.high[b-l2Base]
 }
 
 // key maps a due time onto the unsigned key space, preserving order.
@@ -261,7 +277,11 @@ func (w *Wheel) slotOf(k uint64) int32 {
 // occupy marks wheel bucket b non-empty.
 func (w *Wheel) occupy(b int32) {
 	w.occupied[b>>6] |= 1 << (b & 63)
-	w.levelMask |= 1 << levelOfBucket(b)
+	l := levelOfBucket(b)
+	if l == 1 {
+		w.l1sum |= 1 << (b>>6 - 1)
+	}
+	w.levelMask |= 1 << l
 }
 
 // vacate marks wheel bucket b empty.
@@ -270,8 +290,8 @@ func (w *Wheel) vacate(b int32) {
 		return
 	}
 	l := levelOfBucket(b)
-	for _, word := range w.levelWords(l) {
-		if word != 0 {
+	if l == 1 {
+		if w.l1sum &^= 1 << (b>>6 - 1); w.l1sum != 0 {
 			return
 		}
 	}
@@ -280,25 +300,24 @@ func (w *Wheel) vacate(b int32) {
 
 // firstSlot returns the lowest occupied slot of occupied level l.
 func (w *Wheel) firstSlot(l uint) uint {
-	for j, word := range w.levelWords(l) {
-		if word != 0 {
-			return uint(j)*64 + uint(bits.TrailingZeros64(word))
-		}
+	if l != 1 {
+		return uint(bits.TrailingZeros64(w.occupied[levelBase(l)>>6]))
 	}
-	panic("wheel: internal error: level marked occupied is empty")
+	j := uint(bits.TrailingZeros64(w.l1sum))
+	return j*64 + uint(bits.TrailingZeros64(w.occupied[1+j]))
 }
 
 // slotStart is the first key covered by slot of level l, given elapsed.
 func (w *Wheel) slotStart(l, slot uint) uint64 {
 	shift := levelShift(l)
-	// For the top level the shift below is 64: it yields 0 and the mask all
-	// ones, which is what we want.
+	// For the top level shift+levelBits exceeds 63: the shift yields 0 and
+	// the mask all ones, which is what we want.
 	return w.elapsed&^(uint64(1)<<(shift+levelBits(l))-1) | uint64(slot)<<shift
 }
 
 // push appends entry i to bucket b, of the given kind.
 func (w *Wheel) push(b int32, i int32, e *entry, kind uint32) {
-	bk := &w.buckets[b]
+	bk := w.bucket(b)
 	if bk.live == 0 {
 		bk.minDue, bk.minOK = e.due, true
 		if b < numSlots {
@@ -312,12 +331,7 @@ func (w *Wheel) push(b int32, i int32, e *entry, kind uint32) {
 		panic("wheel: internal error: bucket position overflow")
 	}
 	e.loc = kind | uint32(pos)
-	if b < 64 {
-		bk.els = append(bk.els, uint64(e.gen)<<32|uint64(uint32(i)))
-		bk.pay = append(bk.pay, e.payload)
-	} else {
-		bk.els = append(bk.els, element(key(e.due), i))
-	}
+	bk.els = append(bk.els, element(key(e.due), i))
 	bk.live++
 }
 
@@ -344,11 +358,11 @@ func (w *Wheel) bucketOf(e *entry) int32 {
 
 // emptied resets bucket b after its last live element left it.
 func (w *Wheel) emptied(b int32) {
-	bk := &w.buckets[b]
+	bk := w.bucket(b)
 	if cap(bk.els) > keepCap {
-		bk.els, bk.pay = nil, nil
+		bk.els = nil
 	} else {
-		bk.els, bk.pay = bk.els[:0], bk.pay[:0]
+		bk.els = bk.els[:0]
 	}
 	bk.head, bk.live, bk.minOK = 0, 0, false
 	if b < numSlots {
@@ -360,7 +374,7 @@ func (w *Wheel) emptied(b int32) {
 // the newest element.
 func (w *Wheel) remove(e *entry) {
 	b := w.bucketOf(e)
-	bk := &w.buckets[b]
+	bk := w.bucket(b)
 	pos := int(e.loc & posMask)
 	bk.live--
 	if bk.live == 0 {
@@ -376,9 +390,6 @@ func (w *Wheel) remove(e *entry) {
 			n--
 		}
 		bk.els = bk.els[:n]
-		if b < 64 {
-			bk.pay = bk.pay[:n]
-		}
 		return
 	}
 	bk.els[pos] = 0
@@ -390,30 +401,21 @@ func (w *Wheel) remove(e *entry) {
 // compact drops the tombstones of bucket b (which is not being fired),
 // keeping order, and shrinks its array if it is mostly empty.
 func (w *Wheel) compact(b int32) {
-	bk := &w.buckets[b]
-	els, pay := bk.els, bk.pay
+	bk := w.bucket(b)
+	els := bk.els
 	j := 0
-	for p, el := range els {
+	for _, el := range els {
 		if i := elIndex(el); i != 0 {
 			e := w.at(i)
 			e.loc = e.loc&kindMask | uint32(j)
 			els[j] = el
-			if b < 64 {
-				pay[j] = pay[p]
-			}
 			j++
 		}
 	}
 	if cap(els) > keepCap && cap(els) > 4*j {
 		els = append(make([]uint64, 0, 2*j), els[:j]...)
-		if b < 64 {
-			pay = append(make([]uint64, 0, 2*j), pay[:j]...)
-		}
 	}
 	bk.els = els[:j]
-	if b < 64 {
-		bk.pay = pay[:j]
-	}
 }
 
 // Add schedules payload at dueMs and returns its handle. A due time at or
@@ -489,7 +491,7 @@ func (w *Wheel) Each(fn func(h Handle, dueMs int64, payload uint64) bool) {
 // the wheel is empty. It costs O(1), plus one scan of a single bucket when
 // the cached minimum of that bucket left it since it was last computed.
 func (w *Wheel) NextDue() (dueMs int64, ok bool) {
-	if fb := &w.buckets[firingBucket]; fb.live > 0 { // sorted: first live is min
+	if fb := w.bucket(firingBucket); fb.live > 0 { // sorted: first live is min
 		for _, el := range fb.els[fb.head:] {
 			if i := elIndex(el); i != 0 {
 				dueMs, ok = w.at(i).due, true
@@ -497,7 +499,7 @@ func (w *Wheel) NextDue() (dueMs int64, ok bool) {
 			}
 		}
 	}
-	if w.buckets[overdueBucket].live > 0 {
+	if w.bucket(overdueBucket).live > 0 {
 		if d := w.bucketMin(overdueBucket, 0); !ok || d < dueMs {
 			dueMs, ok = d, true
 		}
@@ -522,7 +524,7 @@ func (w *Wheel) NextDue() (dueMs int64, ok bool) {
 // wheel bucket, start is its slotStart; up to lowKeyLevel the minimum
 // comes from the keys kept in the bucket, without reading entries.
 func (w *Wheel) bucketMin(b int32, start uint64) int64 {
-	bk := &w.buckets[b]
+	bk := w.bucket(b)
 	if bk.minOK {
 		return bk.minDue
 	}
@@ -591,9 +593,9 @@ func (w *Wheel) Advance(nowMs int64, fn func(h Handle, dueMs int64, payload uint
 	fired := 0
 	// Overdue entries all have due <= the previous now, earlier than anything
 	// in the slots: they go first, sorted.
-	if w.buckets[overdueBucket].live > 0 {
+	if w.bucket(overdueBucket).live > 0 {
 		w.batchOverdue()
-		fired += w.fireBatch(fn)
+		fired += w.fire(firingBucket, fn)
 	}
 	for w.levelMask != 0 {
 		l := uint(bits.TrailingZeros16(w.levelMask))
@@ -605,7 +607,7 @@ func (w *Wheel) Advance(nowMs int64, fn func(h Handle, dueMs int64, payload uint
 		w.elapsed = start
 		b := int32(levelBase(l) + slot)
 		if l == 0 {
-			fired += w.fireSlot(b, fn)
+			fired += w.fire(b, fn)
 		} else {
 			w.cascade(b, l)
 		}
@@ -621,7 +623,7 @@ func (w *Wheel) Advance(nowMs int64, fn func(h Handle, dueMs int64, payload uint
 // firing bucket. Entries added while the batch fires go to the (now empty)
 // overdue bucket and wait for the next Advance.
 func (w *Wheel) batchOverdue() {
-	ov, fb := &w.buckets[overdueBucket], &w.buckets[firingBucket]
+	ov, fb := w.bucket(overdueBucket), w.bucket(firingBucket)
 	els := ov.els
 	j, sorted, last := 0, true, int64(0)
 	for _, el := range els {
@@ -651,13 +653,13 @@ func (w *Wheel) batchOverdue() {
 	ov.head, ov.live, ov.minOK = 0, 0, false
 }
 
-// fireBatch fires the firing bucket in order until no live element is
-// left. fn may cancel or move its elements but cannot add any: entries
-// that are due go to the overdue bucket while Advance runs.
-func (w *Wheel) fireBatch(fn func(h Handle, dueMs int64, payload uint64)) int {
-	const b = firingBucket
+// fire fires the live elements of bucket b in order until none is left. fn
+// may cancel or move elements of b but cannot add any: b is a level-0 slot
+// at elapsed, or the firing bucket, and both only receive entries from
+// Advance itself.
+func (w *Wheel) fire(b int32, fn func(h Handle, dueMs int64, payload uint64)) int {
 	w.firing = b
-	bk := &w.buckets[b]
+	bk := w.bucket(b)
 	n := 0
 	for int(bk.head) < len(bk.els) {
 		i := elIndex(bk.els[bk.head])
@@ -683,53 +685,18 @@ func (w *Wheel) fireBatch(fn func(h Handle, dueMs int64, payload uint64)) int {
 	return n
 }
 
-// fireSlot fires level-0 slot b, whose due time is elapsed, in order until
-// no live element is left. fn may cancel or move its elements but cannot
-// add any: an entry due at elapsed or earlier goes to the overdue bucket.
-func (w *Wheel) fireSlot(b int32, fn func(h Handle, dueMs int64, payload uint64)) int {
-	due := unkey(w.elapsed)
-	if due > w.now || b != int32(w.elapsed&63) {
-		panic("wheel: internal error: slot would fire early")
-	}
-	w.firing = b
-	bk := &w.buckets[b]
-	n := 0
-	for int(bk.head) < len(bk.els) {
-		p := bk.head
-		el := bk.els[p]
-		bk.head++
-		i := elIndex(el)
-		if i == 0 {
-			continue
-		}
-		gen, payload := uint32(el>>32), bk.pay[p]
-		if bk.live--; bk.live == 0 {
-			w.emptied(b)
-		}
-		e := w.at(i) // stores only: see bucket
-		e.gen, e.loc, e.payload = gen+1, kindFree, uint64(w.free)
-		w.free = i
-		w.count--
-		n++
-		if fn != nil {
-			fn(Handle(uint64(gen)<<32|uint64(uint32(i))), due, payload)
-		}
-	}
-	w.firing = noBucket
-	return n
-}
-
 // cascade re-inserts every entry of slot b (level l > 0) relative to
 // elapsed, which is the slot's start: each lands on a lower level, in
 // order. All lower levels are empty when it runs (the lowest occupied
 // level is always the one processed), so the destinations start empty.
 //
 // Up to lowKeyLevel an element's key bits alone place it, and the entry is
-// touched only to store its new position. For a big slot those stores, the
-// only random memory accesses, get a tight loop of their own, which keeps
-// many cache misses in flight at once.
+// touched only to store its new position. Those stores, the only random
+// memory accesses, get a tight loop of their own, after the elements are
+// distributed, so that many of their cache misses are in flight at once;
+// they also bring the entries into the cache for when the slot fires.
 func (w *Wheel) cascade(b int32, l uint) {
-	src := w.buckets[b].els
+	src := w.bucket(b).els
 	if l > lowKeyLevel {
 		for _, el := range src {
 			if i := elIndex(el); i != 0 {
@@ -747,7 +714,7 @@ func (w *Wheel) cascade(b int32, l uint) {
 		for _, el := range src {
 			if elIndex(el) != 0 {
 				d := uint32(el>>32) & 63
-				dk := &w.buckets[d]
+				dk := &w.low[d]
 				dk.els = append(dk.els, el)
 				w.occupied[0] |= 1 << d
 			}
@@ -756,7 +723,7 @@ func (w *Wheel) cascade(b int32, l uint) {
 		for _, el := range src {
 			if elIndex(el) != 0 {
 				d := lowSlot(uint32(el>>32) & mask)
-				dk := &w.buckets[d]
+				dk := w.bucket(d)
 				dk.els = append(dk.els, el)
 				w.occupied[d>>6] |= 1 << (d & 63)
 			}
@@ -766,20 +733,9 @@ func (w *Wheel) cascade(b int32, l uint) {
 	for wi, word := range w.occupied[:levelBase(l)>>6] {
 		for ; word != 0; word &= word - 1 {
 			d := int32(wi*64 + bits.TrailingZeros64(word))
-			dk := &w.buckets[d]
-			if d < 64 { // see bucket: keep generation and payload here
-				dk.pay = dk.pay[:0]
-				for p, el := range dk.els {
-					i := elIndex(el)
-					e := w.at(i)
-					e.loc = kindWheel | uint32(p)
-					dk.els[p] = uint64(e.gen)<<32 | uint64(uint32(i))
-					dk.pay = append(dk.pay, e.payload)
-				}
-			} else {
-				for p, el := range dk.els {
-					w.at(elIndex(el)).loc = kindWheel | uint32(p)
-				}
+			dk := w.bucket(d)
+			for p, el := range dk.els {
+				w.at(elIndex(el)).loc = kindWheel | uint32(p)
 			}
 			dk.live = int32(len(dk.els))
 			if d >= 64 { // a level-0 slot holds one due time: no minimum to keep
@@ -789,7 +745,7 @@ func (w *Wheel) cascade(b int32, l uint) {
 				}
 				dk.minDue, dk.minOK = unkey(w.elapsed|uint64(low)), true
 			}
-			w.levelMask |= 1 << levelOfBucket(d)
+			w.occupy(d) // sets the summary and level bits too
 		}
 	}
 	w.emptied(b)
@@ -810,14 +766,14 @@ func lowSlot(low uint32) int32 {
 func (w *Wheel) afterPanic() {
 	w.now = unkey(w.elapsed)
 	var deferred, unfired []int32
-	for _, el := range w.buckets[overdueBucket].els {
+	for _, el := range w.bucket(overdueBucket).els {
 		if i := elIndex(el); i != 0 {
 			deferred = append(deferred, i)
 		}
 	}
 	w.emptied(overdueBucket)
 	if b := w.firing; b != noBucket {
-		bk := &w.buckets[b]
+		bk := w.bucket(b)
 		for _, el := range bk.els[bk.head:] {
 			if i := elIndex(el); i != 0 {
 				unfired = append(unfired, i)

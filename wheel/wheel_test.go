@@ -242,15 +242,22 @@ func TestNextDueExact(t *testing.T) {
 	if _, ok := w.NextDue(); ok {
 		t.Fatal("NextDue on empty wheel")
 	}
-	far := int64(7*msPerYear + 123)
+	for _, far := range []int64{100, 5_000, 3 * 3_600_000, 20 * 86_400_000, 7*msPerYear + 123} {
+		t.Run("", func(t *testing.T) { testNextDueExact(t, New(0), far) })
+	}
+}
+
+// testNextDueExact checks NextDue as the earliest of a few entries around
+// far is cancelled, and then while advancing to each in turn.
+func testNextDueExact(t *testing.T, w *Wheel, far int64) {
 	h1 := w.Add(far, 1)
 	w.Add(far+1, 2)
-	h3 := w.Add(far-1000, 3)
+	h3 := w.Add(far-far/8, 3)
 	w.Add(far+5000, 4)
 	for _, c := range []struct {
 		cancel Handle
 		want   int64
-	}{{0, far - 1000}, {h3, far}, {h1, far + 1}} {
+	}{{0, far - far/8}, {h3, far}, {h1, far + 1}} {
 		if c.cancel != 0 && !w.Cancel(c.cancel) {
 			t.Fatal("cancel failed")
 		}
@@ -269,6 +276,85 @@ func TestNextDueExact(t *testing.T) {
 			t.Fatalf("at NextDue %d fired %v", d, got)
 		}
 	}
+}
+
+func TestTombstonesAndCompaction(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	w := New(0)
+	type item struct {
+		h   Handle
+		due int64
+		seq int
+	}
+	var items []item
+	// Thousands of entries in a few slots of levels 1 and 2, so that
+	// cancelling most of them in random order leaves tombstones and forces
+	// compactions, and rescheduling moves entries within and between slots.
+	for i := range 3000 {
+		due := int64(300_000 + rng.IntN(4)*70_000 + rng.IntN(50))
+		items = append(items, item{w.Add(due, uint64(i)), due, i})
+	}
+	seq := len(items)
+	rng.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
+	for k := range items {
+		switch {
+		case k%3 != 0:
+			if !w.Cancel(items[k].h) {
+				t.Fatal("Cancel failed")
+			}
+			items[k].h = 0
+		case k%9 == 0:
+			items[k].due += int64(rng.IntN(100)) - 50
+			seq++
+			items[k].seq = seq
+			if !w.Reschedule(items[k].h, items[k].due) {
+				t.Fatal("Reschedule failed")
+			}
+		}
+		if k%97 == 0 {
+			mustCheck(t, w)
+		}
+	}
+	mustCheck(t, w)
+	var want []item
+	for _, it := range items {
+		if it.h != 0 {
+			want = append(want, it)
+		}
+	}
+	slices.SortFunc(want, func(a, b item) int { return cmp.Or(cmp.Compare(a.due, b.due), cmp.Compare(a.seq, b.seq)) })
+	got := collect(t, w, 1_000_000)
+	if len(got) != len(want) {
+		t.Fatalf("fired %d, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i].h != want[i].h || got[i].due != want[i].due {
+			t.Fatalf("fire %d: %x due %d, want %x due %d", i, got[i].h, got[i].due, want[i].h, want[i].due)
+		}
+	}
+}
+
+func TestLevelOnePagesAllocatedOnUse(t *testing.T) {
+	w := New(0)
+	for i := range 1000 {
+		w.Add(int64(i%60), uint64(i)) // level 0 only
+	}
+	for j, pg := range w.l1 {
+		if pg != nil {
+			t.Fatalf("level-1 page %d allocated for level-0 entries", j)
+		}
+	}
+	w.Add(10_000, 1)
+	n := 0
+	for _, pg := range w.l1 {
+		if pg != nil {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d level-1 pages for one level-1 entry", n)
+	}
+	mustCheck(t, w)
 }
 
 func TestExtremes(t *testing.T) {

@@ -33,8 +33,8 @@ import (
 )
 
 // Bench defaults and bounds. The defaults are sized for a 2-core machine: a full
-// `kjob bench` takes about two minutes there, mostly populating a million jobs
-// twice (recover, memory).
+// `kjob bench` takes about 70 s there when nothing else runs, half of it
+// populating the million jobs that recover and memory share.
 const (
 	benchCreateN        = 200_000
 	benchConcurrency    = 256
@@ -344,42 +344,62 @@ func runBench(ctx context.Context, o benchOpts) (*BenchReport, error) {
 		defer os.RemoveAll(d)
 		parent = d
 	}
-	// create, fire and memory share one node and client, each scenario with an app
-	// (so a shard) of its own; recover restarts a node of its own.
+	// create and fire share one node and client, each with an app (so a shard) of
+	// its own. recover and memory each start a node of their own after the shared
+	// one is closed (its heap would slow their GC); when both run with the same N,
+	// one population serves both: memory is measured on it before the restart.
 	var shared *benchEnv
-	defer func() {
+	closeShared := func() {
 		if shared != nil {
 			shared.close()
+			shared = nil
 		}
-	}()
+	}
+	defer closeShared()
+	both := slices.Contains(o.scenarios, "recover") && slices.Contains(o.scenarios, "memory") && o.recoverN == o.memoryN
 	for _, s := range o.scenarios {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		if o.servers != nil && (s == "recover" || s == "memory") {
-			if rep.Skipped == nil {
-				rep.Skipped = map[string]string{}
-			}
-			rep.Skipped[s] = "needs an embedded node (it restarts the node or reads its memory)"
-			continue
-		}
-		if shared == nil && s != "recover" {
-			var err error
-			if shared, err = newBenchEnv(ctx, o, filepath.Join(parent, "node")); err != nil {
-				return rep, fmt.Errorf("bench: start: %w", err)
-			}
-		}
 		var err error
 		switch s {
-		case "create":
-			rep.Create, err = benchCreate(ctx, o, shared.scenario(s))
-		case "fire":
-			rep.Fire, err = benchFire(ctx, o, shared.scenario(s))
-		case "memory":
-			rep.Memory, err = benchMemory(ctx, o, shared.scenario(s))
-		case "recover":
+		case "create", "fire":
+			if shared == nil {
+				if shared, err = newBenchEnv(ctx, o, filepath.Join(parent, "node")); err != nil {
+					return rep, fmt.Errorf("bench: start: %w", err)
+				}
+			}
+			if s == "create" {
+				rep.Create, err = benchCreate(ctx, o, shared.scenario(s))
+			} else {
+				rep.Fire, err = benchFire(ctx, o, shared.scenario(s))
+			}
+		case "recover", "memory":
+			if o.servers != nil {
+				if rep.Skipped == nil {
+					rep.Skipped = map[string]string{}
+				}
+				rep.Skipped[s] = "needs an embedded node (it restarts the node or reads its memory)"
+				continue
+			}
+			if both && s == "memory" {
+				continue // measured with recover
+			}
+			closeShared()
 			dir := filepath.Join(parent, s)
-			rep.Recover, err = benchRecover(ctx, o, dir)
+			n := o.recoverN
+			if s == "memory" {
+				n = o.memoryN
+			}
+			var rr *BenchRecover
+			var mr *BenchMemory
+			rr, mr, err = benchRecoverMemory(ctx, o, dir, n, s == "recover", s == "memory" || both)
+			if rr != nil {
+				rep.Recover = rr
+			}
+			if mr != nil {
+				rep.Memory = mr
+			}
 			_ = os.RemoveAll(dir)
 		}
 		if err != nil {
@@ -779,36 +799,39 @@ func benchWriteSamples(path string, ns []int64) error {
 
 // ---------------------------------------------------------------- recover
 
-func benchRecover(ctx context.Context, o benchOpts, dir string) (*BenchRecover, error) {
-	n := o.recoverN
-	res := &BenchRecover{Pending: n}
-	// Baseline: the same start on an empty journal, to tell the fixed cost of
-	// starting a cluster member from the cost of replay.
-	t0 := time.Now()
-	empty, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: dir + "-empty", Sync: o.sync, Log: o.log})
-	if err != nil {
-		return nil, err
+// benchRecoverMemory populates a node of its own with n pending jobs; with mem it
+// measures the memory they hold, with rec it then restarts the node and measures
+// the recovery. The client and the worker stay up across the restart, on the same
+// address, as they would in production.
+func benchRecoverMemory(ctx context.Context, o benchOpts, dir string, n int, rec, mem bool) (*BenchRecover, *BenchMemory, error) {
+	var rres *BenchRecover
+	if rec {
+		rres = &BenchRecover{Pending: n}
+		// Baseline: the same start on an empty journal, to tell the fixed cost of
+		// starting a cluster member from the cost of replay.
+		t0 := time.Now()
+		empty, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: dir + "-empty", Sync: o.sync, Log: o.log})
+		if err != nil {
+			return nil, nil, err
+		}
+		rres.EmptyStartSeconds = time.Since(t0).Seconds()
+		_ = empty.Close()
+		_ = os.RemoveAll(dir + "-empty")
 	}
-	res.EmptyStartSeconds = time.Since(t0).Seconds()
-	_ = empty.Close()
-	_ = os.RemoveAll(dir + "-empty")
-
-	// The client and the worker stay up while the node restarts on the same
-	// address, as they would in production.
 	addr, err := benchFreeAddr()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	node, err := benchStartNode(ctx, o, dir, addr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	e := &benchEnv{node: node, servers: []string{addr}, app: "bench-recover"}
 	defer e.close()
 	var restarted atomic.Bool
 	var early atomic.Int64
-	fired := make(chan time.Time, 1)
 	var sentinelID atomic.Int64
+	fired := make(chan time.Time, 1)
 	handler := func(_ context.Context, r *cluster.Run) error {
 		if r.JobID != sentinelID.Load() {
 			return nil
@@ -824,44 +847,82 @@ func benchRecover(ctx context.Context, o benchOpts, dir string) (*BenchRecover, 
 		return nil
 	}
 	if err := e.connect(ctx, o, handler); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	far := time.Now().Add(benchFarFuture).UnixMilli()
+	mk := func(i int) *messages.Job { return e.job(far, benchParams(i, o.paramsBytes)) }
+	// Warm-up: place the shard and fill the pools, so the baseline holds them.
+	if _, err := benchCreateMany(ctx, e, min(n, 1_000), o.concurrency, mk, nil, nil, nil); err != nil {
+		return nil, nil, fmt.Errorf("warm-up: %w", err)
+	}
+	var before benchRSS
+	var heapBefore uint64
+	if mem {
+		if before, heapBefore, err = benchSettle(); err != nil {
+			return nil, nil, err
+		}
+	}
 	ids := make([]int64, n)
-	p := startBenchProgress(o.progress, "recover: populate", n)
+	label := "recover: populate"
+	if !rec {
+		label = "memory: populate"
+	}
+	p := startBenchProgress(o.progress, label, n)
 	_, err = benchCreateMany(ctx, e, n, o.concurrency, func(i int) *messages.Job {
-		j := e.job(far, benchParams(i, o.paramsBytes))
+		j := mk(i)
 		ids[i] = j.Id
 		return j
 	}, nil, nil, p)
 	p.finish()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	var mres *BenchMemory
+	if mem {
+		// Let the journal's flusher and a snapshot in progress go quiet first.
+		time.Sleep(200 * time.Millisecond)
+		after, heapAfter, err := benchSettle()
+		if err != nil {
+			return nil, nil, err
+		}
+		if o.memProfile != "" {
+			if err := benchWriteHeapProfile(o.memProfile); err != nil {
+				return nil, nil, err
+			}
+		}
+		per := func(a, b int64) float64 { return float64(a-b) / float64(n) }
+		mres = &BenchMemory{Pending: n, RSSBeforeBytes: before.total, RSSAfterBytes: after.total,
+			BytesPerJob: per(after.total, before.total), AnonBytesPerJob: per(after.anon, before.anon),
+			FileBytesPerJob: per(after.file, before.file), HeapBytesPerJob: per(int64(heapAfter), int64(heapBefore))}
+	}
+	if !rec {
+		return nil, mres, nil
+	}
+
 	// The sentinel is due while the node is down: the restarted node must fire it.
 	sentinel := e.job(time.Now().Add(benchRecoverDown).UnixMilli(), []byte("sentinel"))
 	sentinelID.Store(sentinel.Id)
 	if _, err := e.client.Create(ctx, sentinel); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	_ = e.node.Close()
 	e.node = nil
 	if early.Load() > 0 {
-		return nil, errors.New("the sentinel fired before the node was stopped (Close took too long)")
+		return nil, nil, errors.New("the sentinel fired before the node was stopped (Close took too long)")
 	}
-	res.JournalBytes = benchDirBytes(dir)
+	rres.JournalBytes = benchDirBytes(dir)
 	time.Sleep(time.Until(time.UnixMilli(sentinel.Schedule.AtMs + 10)))
 
 	p = startBenchProgress(o.progress, "recover: restart", 0)
 	defer p.finish()
 	restarted.Store(true)
-	t0 = time.Now()
+	t0 := time.Now()
 	node, err = cluster.StartNode(cluster.NodeConfig{Listen: addr, DataDir: dir, Sync: o.sync, Log: o.log})
 	if err != nil {
-		return nil, fmt.Errorf("restart: %w", err)
+		return nil, nil, fmt.Errorf("restart: %w", err)
 	}
-	res.ReplaySeconds = time.Since(t0).Seconds()
-	res.Records = node.Recovery().Records
+	rres.ReplaySeconds = time.Since(t0).Seconds()
+	rres.Records = node.Recovery().Records
 	e.node = node
 	rctx, cancel := context.WithTimeout(ctx, benchRecoverTimeout)
 	defer cancel()
@@ -873,34 +934,34 @@ func benchRecover(ctx context.Context, o benchOpts, dir string) (*BenchRecover, 
 			break
 		}
 		if rctx.Err() != nil {
-			return nil, fmt.Errorf("not serving %s after restart: %w", benchRecoverTimeout, err)
+			return nil, nil, fmt.Errorf("not serving %s after restart: %w", benchRecoverTimeout, err)
 		}
 	}
-	res.ServingSeconds = time.Since(t0).Seconds()
+	rres.ServingSeconds = time.Since(t0).Seconds()
 	select {
 	case at := <-fired:
-		res.FirstFireSeconds = at.Sub(t0).Seconds()
+		rres.FirstFireSeconds = at.Sub(t0).Seconds()
 	case <-rctx.Done():
-		return nil, fmt.Errorf("the job due during the restart did not fire within %s", benchRecoverTimeout)
+		return nil, nil, fmt.Errorf("the job due during the restart did not fire within %s", benchRecoverTimeout)
 	}
-	res.ReplayJobsPerSec = float64(n) / res.ReplaySeconds
-	res.JobsPerSec = float64(n) / res.ServingSeconds
-	if net := res.ReplaySeconds - res.EmptyStartSeconds; net > 0 {
-		res.NetReplayJobsPerSec = float64(n) / net
+	rres.ReplayJobsPerSec = float64(n) / rres.ReplaySeconds
+	rres.JobsPerSec = float64(n) / rres.ServingSeconds
+	if net := rres.ReplaySeconds - rres.EmptyStartSeconds; net > 0 {
+		rres.NetReplayJobsPerSec = float64(n) / net
 	}
 	// Spot-check that acknowledged jobs survived.
 	step := max(1, n/100)
 	for i := 0; i < n; i += step {
 		j, err := e.client.Get(ctx, e.app, ids[i])
 		if err != nil {
-			return nil, fmt.Errorf("job %d (index %d) after restart: %w", ids[i], i, err)
+			return nil, nil, fmt.Errorf("job %d (index %d) after restart: %w", ids[i], i, err)
 		}
 		if j.NextDueMs != far {
-			return nil, fmt.Errorf("job %d after restart: next due %d, want %d", ids[i], j.NextDueMs, far)
+			return nil, nil, fmt.Errorf("job %d after restart: next due %d, want %d", ids[i], j.NextDueMs, far)
 		}
-		res.Verified++
+		rres.Verified++
 	}
-	return res, nil
+	return rres, mres, nil
 }
 
 // benchFreeAddr is a loopback address with a port that was free a moment ago.
@@ -978,41 +1039,6 @@ func benchSettle() (benchRSS, uint64, error) {
 	return r, ms.HeapAlloc, err
 }
 
-func benchMemory(ctx context.Context, o benchOpts, e *benchEnv) (*BenchMemory, error) {
-	n := o.memoryN
-	far := time.Now().Add(benchFarFuture).UnixMilli()
-	mk := func(i int) *messages.Job { return e.job(far, benchParams(i, o.paramsBytes)) }
-	warm := min(n, 1_000)
-	if _, err := benchCreateMany(ctx, e, warm, o.concurrency, mk, nil, nil, nil); err != nil {
-		return nil, err
-	}
-	before, heapBefore, err := benchSettle()
-	if err != nil {
-		return nil, err
-	}
-	p := startBenchProgress(o.progress, "memory: populate", n)
-	_, err = benchCreateMany(ctx, e, n, o.concurrency, mk, nil, nil, p)
-	p.finish()
-	if err != nil {
-		return nil, err
-	}
-	// Let the journal's flusher and the snapshotter go quiet before measuring.
-	time.Sleep(200 * time.Millisecond)
-	after, heapAfter, err := benchSettle()
-	if err != nil {
-		return nil, err
-	}
-	if o.memProfile != "" {
-		if err := benchWriteHeapProfile(o.memProfile); err != nil {
-			return nil, err
-		}
-	}
-	per := func(a, b int64) float64 { return float64(a-b) / float64(n) }
-	return &BenchMemory{Pending: n, RSSBeforeBytes: before.total, RSSAfterBytes: after.total,
-		BytesPerJob: per(after.total, before.total), AnonBytesPerJob: per(after.anon, before.anon),
-		FileBytesPerJob: per(after.file, before.file), HeapBytesPerJob: per(int64(heapAfter), int64(heapBefore))}, nil
-}
-
 func benchWriteHeapProfile(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
@@ -1056,7 +1082,11 @@ func benchMs(ns int64) float64 { return math.Round(float64(ns)/1e3) / 1e3 }
 // ---------------------------------------------------------------- output
 
 func printBench(w io.Writer, r *BenchReport) {
-	fmt.Fprintf(w, "kjob bench  %s  %d cores  %s  %s node, sync=%s\n\n", r.Date, r.Cores, r.GoVersion, r.Mode, r.Sync)
+	where := "embedded node, sync=" + r.Sync
+	if r.Mode == "servers" {
+		where = "against --servers"
+	}
+	fmt.Fprintf(w, "kjob bench  %s  %d cores  %s  %s\n\n", r.Date, r.Cores, r.GoVersion, where)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tmetric\tvalue\t")
 	row := func(s, m, v string) { fmt.Fprintf(tw, "%s\t%s\t%s\t\n", s, m, v) }
@@ -1087,8 +1117,10 @@ func printBench(w io.Writer, r *BenchReport) {
 		row(s, "Go heap per pending job", fmt.Sprintf("%.0f B", m.HeapBytesPerJob))
 		row(s, "VmRSS before / after", fmt.Sprintf("%.1f / %.1f MiB", float64(m.RSSBeforeBytes)/(1<<20), float64(m.RSSAfterBytes)/(1<<20)))
 	}
-	for s, why := range r.Skipped {
-		row(s, "skipped", why)
+	for _, s := range benchScenarios {
+		if why, ok := r.Skipped[s]; ok {
+			row(s, "skipped", why)
+		}
 	}
 	tw.Flush()
 }

@@ -40,6 +40,7 @@ type fireRun struct {
 	Missing        int     `json:"missing"`
 	Duplicates     int     `json:"duplicates"`
 	Early          int     `json:"early"`
+	Retried        int     `json:"retried"`
 	Lateness       dist    `json:"lateness"`
 	FiresPerSec    float64 `json:"fires_per_sec"`
 	FiresPerSecMax float64 `json:"fires_per_sec_max_1s"`
@@ -250,6 +251,9 @@ func asynqFire(ctx context.Context, addr string, n, rate, conc, payloadBytes int
 	}
 	r.Missing = n - errs - r.Fired
 	r.Lateness = newDist(lates, r.Missing)
+	if r.Missing > 0 {
+		r.Lateness.CensorMs = float64(asynqFireGrace.Milliseconds())
+	}
 	r.FiresPerSec, r.FiresPerSecMax = fireRates(starts)
 	r.samples = lates
 	return r, nil

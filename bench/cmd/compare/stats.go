@@ -12,8 +12,11 @@ import (
 // (a task that had not run by the deadline) are censored: they count as later
 // than every sample, and a percentile that falls among them is shown as "> max".
 type dist struct {
-	N        int     `json:"n"`
-	Censored int     `json:"censored,omitempty"`
+	N        int `json:"n"`
+	Censored int `json:"censored,omitempty"`
+	// CensorMs is a lower bound for every censored sample (the wait after the last
+	// due time); percentiles among them are +Inf.
+	CensorMs float64 `json:"censor_ms,omitempty"`
 	MinMs    float64 `json:"min_ms"`
 	P50Ms    float64 `json:"p50_ms"`
 	P99Ms    float64 `json:"p99_ms"`
@@ -47,7 +50,7 @@ func ms(ns int64) float64 { return math.Round(float64(ns)/1e3) / 1e3 }
 func fmtMs(v float64) string {
 	switch {
 	case math.IsInf(v, 1):
-		return "not run"
+		return "never"
 	case math.Abs(v) >= 1000:
 		return fmt.Sprintf("%.2f s", v/1000)
 	case math.Abs(v) >= 100:
@@ -109,6 +112,14 @@ func better(a, b float64, up bool) float64 {
 		a = 0.001
 	}
 	return b / a
+}
+
+// fmtDistMs prints a percentile of d, "> bound" when it falls among censored samples.
+func fmtDistMs(d dist, v float64) string {
+	if math.IsInf(v, 1) && d.CensorMs > 0 {
+		return "> " + fmtMs(d.CensorMs) + " (not run)"
+	}
+	return fmtMs(v)
 }
 
 // fireRates is the sustained rate (fires over the span first to last) and the

@@ -74,7 +74,7 @@ type jobModel struct {
 	version      int64
 	ops          int // calls other than get after the create
 	onceDue      int64
-	createdMs    int64 // on the shard's clock
+	createdMs    int64          // on the shard's clock
 	dues         map[int64]bool // dues dispatched (attempt 1)
 }
 

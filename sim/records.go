@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	shardcore "github.com/kjob/kjob/actors/shard/core"
 	"github.com/kjob/kjob/messages"
 )
 
@@ -37,27 +38,10 @@ func decodeSnapshotRecord(p []byte) (int64, []byte, error) {
 	return int64(binary.LittleEndian.Uint64(p)), p[8:], nil
 }
 
-// decodePayload decodes a shard record's payload by its type (the core's own
-// mapping, RecordType → message).
+// decodePayload decodes a shard record's payload by its type, with the core's own
+// mapping (RecordType → message).
 func decodePayload(t uint8, b []byte) (proto.Message, error) {
-	var m proto.Message
-	switch messages.RecordType(t) {
-	case messages.RecordType_SHARD_OPENED, messages.RecordType_SHARD_CLOSED:
-		m = &messages.ShardMeta{}
-	case messages.RecordType_JOB_PUT:
-		m = &messages.Job{}
-	case messages.RecordType_JOB_DELETED, messages.RecordType_DEAD_LETTER_REMOVED:
-		m = &messages.JobRef{}
-	case messages.RecordType_RUN_DISPATCHED, messages.RecordType_RETRY_SCHEDULED:
-		m = &messages.RunState{}
-	case messages.RecordType_RUN_FINISHED:
-		m = &messages.RunRecord{}
-	case messages.RecordType_DEAD_LETTERED:
-		m = &messages.DeadLetter{}
-	default:
-		return nil, fmt.Errorf("unknown record type %d", t)
-	}
-	return m, proto.Unmarshal(b, m)
+	return shardcore.Decode(messages.RecordType(t), b)
 }
 
 func mustMarshal(m proto.Message) []byte {

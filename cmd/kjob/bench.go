@@ -185,11 +185,12 @@ func benchCmd() *cobra.Command {
   recover  restart a node holding N pending jobs: time until serving and until a due job fires
   memory   resident memory (VmRSS) per pending one-shot job
 
-create, fire and memory share one embedded node (temporary data directory, the
-durable sync policy), each with an app, so a shard, of its own; recover starts and
-restarts a node of its own. With --servers, create and fire run against that
-cluster instead, and recover and memory are skipped (they restart and measure the
-node). Every figure is wall-clock on whatever else the machine is running.`,
+create and fire share one embedded node (temporary data directory, the durable
+sync policy), each with an app, so a shard, of its own. recover and memory start a
+node of their own; when both run with the same N, one population serves both
+(memory is measured before the restart). With --servers, create and fire run
+against that cluster instead, and recover and memory are skipped (they restart and
+measure the node). Every figure is wall-clock on whatever else the machine runs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, s := range splitList(scen) {
@@ -266,7 +267,7 @@ node). Every figure is wall-clock on whatever else the machine is running.`,
 	}
 	f := c.Flags()
 	f.StringVar(&scen, "scenarios", strings.Join(benchScenarios, ","), "comma-separated scenarios: "+strings.Join(benchScenarios, ", "))
-	f.BoolVar(&short, "short", false, "small N for every scenario: a correctness run of a few seconds, not a measurement")
+	f.BoolVar(&short, "short", false, "small N for every scenario: a correctness run of about 20 s, not a measurement")
 	f.IntVar(&o.createN, "create-n", benchCreateN, "create: jobs to create")
 	f.IntVar(&o.concurrency, "concurrency", benchConcurrency, "create requests in flight (create, and populating the other scenarios)")
 	f.IntVar(&o.fireN, "fire-n", benchFireN, "fire: one-shot jobs")

@@ -372,6 +372,7 @@ const (
 	Outcome_TIMED_OUT           Outcome = 3
 	Outcome_LOST                Outcome = 4 // no result within timeout + grace
 	Outcome_SKIPPED             Outcome = 5 // concurrency forbid
+	Outcome_REFUSED             Outcome = 6 // the worker's queue was full: not attempted, dispatched again
 )
 
 // Enum value maps for Outcome.
@@ -383,6 +384,7 @@ var (
 		3: "TIMED_OUT",
 		4: "LOST",
 		5: "SKIPPED",
+		6: "REFUSED",
 	}
 	Outcome_value = map[string]int32{
 		"OUTCOME_UNSPECIFIED": 0,
@@ -391,6 +393,7 @@ var (
 		"TIMED_OUT":           3,
 		"LOST":                4,
 		"SKIPPED":             5,
+		"REFUSED":             6,
 	}
 )
 
@@ -4878,7 +4881,7 @@ const file_kjob_proto_rawDesc = "" +
 	"\x06ACTIVE\x10\x01\x12\n" +
 	"\n" +
 	"\x06PAUSED\x10\x02\x12\b\n" +
-	"\x04DONE\x10\x03*c\n" +
+	"\x04DONE\x10\x03*p\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tSUCCEEDED\x10\x01\x12\n" +
@@ -4886,7 +4889,8 @@ const file_kjob_proto_rawDesc = "" +
 	"\x06FAILED\x10\x02\x12\r\n" +
 	"\tTIMED_OUT\x10\x03\x12\b\n" +
 	"\x04LOST\x10\x04\x12\v\n" +
-	"\aSKIPPED\x10\x05*\xf4\x01\n" +
+	"\aSKIPPED\x10\x05\x12\v\n" +
+	"\aREFUSED\x10\x06*\xf4\x01\n" +
 	"\n" +
 	"RecordType\x12\x16\n" +
 	"\x12RECORD_UNSPECIFIED\x10\x00\x12\x10\n" +

@@ -90,7 +90,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 			a.send(m.ReplyTo, res)
 		case core.Refuse:
 			a.send(m.ReplyTo, &messages.RunResult{RunId: m.RunId, JobId: m.JobId, Shard: m.Shard, Epoch: m.Epoch,
-				Attempt: m.Attempt, DueMs: m.DueMs, Outcome: messages.Outcome_FAILED, WorkerId: a.id,
+				Attempt: m.Attempt, DueMs: m.DueMs, Outcome: messages.Outcome_REFUSED, WorkerId: a.id,
 				Error: fmt.Sprintf("worker %s queue is full (%d queued)", a.id, a.core.Capacity()*core.QueuePerSlot)})
 		}
 	case *finished:

@@ -441,6 +441,16 @@ func (c *Core) result(res *messages.RunResult, from *messages.Ref, nowMs int64) 
 	if c.frozen != nil || c.failed != nil {
 		return
 	}
+	if res.Outcome == messages.Outcome_REFUSED {
+		// Back-pressure, not a failure: the run was not attempted. Send it again
+		// shortly (to the next worker in turn) without using up an attempt.
+		if r.st.WorkerId != "" && c.busy[r.st.WorkerId] > 0 {
+			c.busy[r.st.WorkerId]--
+		}
+		r.st.WorkerId = ""
+		c.armRun(r, nowMs+RefusedRetryMs)
+		return
+	}
 	c.finish(r, res, nowMs)
 	c.send(from, ack)
 }

@@ -40,6 +40,7 @@ const (
 	DefaultGraceMs     = 5_000
 	DefaultHistory     = 20
 	NoWorkerRetryMs    = 500
+	RefusedRetryMs     = 20 // a worker refused a dispatch (queue full): try again this soon
 	MaxAttempts        = 32
 	DefaultMaxJobs     = 20_000_000
 	FireWindowMs       = 60_000

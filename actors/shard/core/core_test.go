@@ -197,3 +197,27 @@ type syncErr struct{}
 func (syncErr) Error() string { return "msync: input/output error" }
 
 var errSync = syncErr{}
+
+// A refusal (the worker's queue was full) is back-pressure: the run goes out again
+// with the same attempt, and nothing is journaled as finished.
+func TestRefusedDispatchIsNotAnAttempt(t *testing.T) {
+	c, e := newCore(1000)
+	c.Handle(1000, client, &messages.CreateJob{Job: &messages.Job{Id: 7, App: "app", Handler: "h",
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE}, Policy: &messages.Policy{Attempts: 1}}}, e)
+	c.Tick(1000, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	records := len(e.log)
+	c.Handle(1001, wref, &messages.RunResult{RunId: "7:1000", JobId: 7, Attempt: 1, Epoch: 1, Outcome: messages.Outcome_REFUSED}, e)
+	c.Durable(e.lsn, nil, e)
+	if len(e.log) != records || c.DeadLetters() != 0 || c.InFlight() != 1 {
+		t.Fatalf("a refusal was recorded: %d new records, %d dead letters, %d in flight", len(e.log)-records, c.DeadLetters(), c.InFlight())
+	}
+	e.take()
+	c.Tick(1001+RefusedRetryMs, e)
+	c.Durable(e.lsn, nil, e)
+	s := e.take()
+	if len(s) != 1 || s[0].m.(*messages.Dispatch).Attempt != 1 {
+		t.Fatalf("after a refusal sent %v, want the same attempt again", s)
+	}
+}

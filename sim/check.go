@@ -25,8 +25,9 @@ import (
 //	                     finished, on the owner's clock
 //	early-fire           a scheduled run is journaled as dispatched before its due time on
 //	                     the owner's clock (the latest time that clock ever showed)
-//	due-fired-twice      a due fires again while the run of that due is in flight (a
-//	                     run id collision then moves its due ahead of the clock)
+//	due-fired-twice      a scheduled fire's run id is taken by a run in flight (its due
+//	                     fired before, or a trigger in the same ms): runID moves the
+//	                     fire's due and id, possibly ahead of the clock
 //	late-fire            once settled, a run is dispatched more than LateBoundMs late
 //	due-run-missed       once settled, a due the shard itself promised (a job's next due)
 //	                     is never dispatched; a once job's due is never dispatched
@@ -84,6 +85,7 @@ type retryExp struct {
 	host    *shardHost
 	inc     int
 	jumps   int64
+	behind  bool // the clock was behind its maximum when the retry was scheduled
 }
 
 func newChecker(s *Sim) *checker {
@@ -110,9 +112,11 @@ func (k *checker) appended(h *shardHost, r persistence.Record) {
 		return
 	}
 	now := h.srv.now()
+	h.srv.s.tracef("%s@%s: journal lsn %d %s", h.name, h.srv.addr, r.LSN, recordBrief(messages.RecordType(r.Type), m))
 	switch x := m.(type) {
 	case *messages.Job:
 		h.puts = append(h.puts, x.Id)
+		h.next[x.Id] = x.NextDueMs
 		if jm, ok := k.deletedBefore(x.Id); ok && x.Version == 1 {
 			k.failf("resurrected-by-late-create", "%s on %s created job %d again (a CreateJob that arrived late), after its delete was acknowledged at t=%d",
 				h.name, h.srv.addr, x.Id, jm.deletedAt-startMs)
@@ -138,6 +142,9 @@ func (k *checker) appended(h *shardHost, r persistence.Record) {
 		}
 	case *messages.RunRecord:
 		h.finished = append(h.finished, x.RunId)
+		if x.SetsNext {
+			h.next[x.JobId] = x.JobNextDueMs
+		}
 		if sc := h.view[x.JobId].GetSchedule(); x.SetsNext && x.JobNextDueMs > 0 && sc != nil {
 			if want := max(now+sc.EveryMs, sc.NotBeforeMs); x.JobNextDueMs != want {
 				k.failf("fixed-delay-spacing", "%s on %s: fixed-delay job %d (every %d ms) finished run %s at %d by its clock, but its next due is %d, not %d",
@@ -168,12 +175,13 @@ func (k *checker) dispatched(h *shardHost, st *messages.RunState, now int64) {
 	}
 	if st.Fire {
 		k.s.stats.Fires++
+		if other, due := k.collided(h, st); other != "" {
+			k.failf("due-fired-twice", "%s on %s fired job %d's due %d while run %s, which holds that due's run id, is in flight; "+
+				"runID moved the fire's due (and id) to %d (its clock reads %d)", h.name, h.srv.addr, st.JobId, due, other, st.DueMs, now)
+			return
+		}
+		h.next[st.JobId] = st.JobNextDueMs
 		if seen := h.srv.clock.maxSeen; seen < st.DueMs {
-			if other := k.collided(h, st); other != "" {
-				k.failf("due-fired-twice", "%s on %s fired job %d's due again while run %s of that due is still in flight; "+
-					"the run id collision moved the new run's due to %d, %d ms ahead of its clock", h.name, h.srv.addr, st.JobId, other, st.DueMs, st.DueMs-seen)
-				return
-			}
 			k.failf("early-fire", "%s on %s dispatched %s due at %d when its clock read %d (%d ms early)",
 				h.name, h.srv.addr, st.RunId, st.DueMs, seen, st.DueMs-seen)
 		}
@@ -208,7 +216,7 @@ func (k *checker) dispatched(h *shardHost, st *messages.RunState, now int64) {
 			case v.clock.maxSeen < exp.due:
 				k.failf("ladder-early", "%s on %s dispatched attempt %d of %s at %d; the ladder put it at %d",
 					h.name, v.addr, st.Attempt, st.RunId, now, exp.due)
-			case exp.host == h && exp.inc == v.inc && exp.jumps == v.clock.jumps:
+			case exp.host == h && exp.inc == v.inc && exp.jumps == v.clock.jumps && !exp.behind:
 				k.s.stats.RetriesExact++
 				if now != exp.due {
 					k.failf("ladder-delay", "%s on %s dispatched attempt %d of %s at %d; the ladder put it at %d (%+d ms, nothing disturbed it)",
@@ -219,15 +227,24 @@ func (k *checker) dispatched(h *shardHost, st *messages.RunState, now int64) {
 	}
 }
 
-// collided names a run of st's job still in flight whose due st's id collided with
-// (runID moves a colliding run's due up a millisecond at a time), or "".
-func (k *checker) collided(h *shardHost, st *messages.RunState) string {
+// collided reports a fire whose run id collided with a run still in flight: the
+// due the shard promised (the job's next due as journaled) is below the fire's due
+// by the few milliseconds runID moves a colliding run, and that due's run is live.
+func (k *checker) collided(h *shardHost, st *messages.RunState) (string, int64) {
+	due, ok := h.next[st.JobId]
+	if !ok {
+		due = h.view[st.JobId].GetNextDueMs()
+	}
+	if due <= 0 || st.DueMs <= due || st.DueMs-due > 8 {
+		return "", 0
+	}
+	id := fmt.Sprintf("%d:%d", st.JobId, due)
 	for _, r := range state(h).Runs {
-		if r.JobId == st.JobId && r.RunId != st.RunId && r.DueMs < st.DueMs && r.DueMs >= st.DueMs-8 {
-			return r.RunId
+		if r.RunId == id {
+			return id, due
 		}
 	}
-	return ""
+	return "", 0
 }
 
 // policy is the retry policy a core applies to jobID (its defaults if none).
@@ -256,7 +273,10 @@ func (k *checker) retryScheduled(h *shardHost, st *messages.RunState, now int64)
 		k.failf("ladder-attempts", "%s on %s scheduled attempt %d of %s; the job allows %d attempts", h.name, h.srv.addr, st.Attempt, st.RunId, attempts)
 	}
 	k.s.stats.Retries++
-	k.retries[st.RunId] = retryExp{attempt: st.Attempt, due: st.DeadlineMs, host: h, inc: h.srv.inc, jumps: h.srv.clock.jumps}
+	// A clock that jumped back is behind the core's wheel, which fires nothing before
+	// the latest time it was advanced to: the retry is then late, legitimately.
+	behind := h.srv.clock.maxSeen > now
+	k.retries[st.RunId] = retryExp{attempt: st.Attempt, due: st.DeadlineMs, host: h, inc: h.srv.inc, jumps: h.srv.clock.jumps, behind: behind}
 }
 
 func (k *checker) deadLettered(h *shardHost, d *messages.DeadLetter) {

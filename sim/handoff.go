@@ -201,7 +201,7 @@ func (v *server) handoffIn(from *messages.Ref, m *handoffSnapshot) {
 			h := v.host(c)
 			h.shadow = shardcore.New(v.shardConfig(sh), now, m.Epoch)
 			_ = h.shadow.LoadSnapshot(data, lsn)
-			viewFromSnapshot(h.view, data)
+			viewFromSnapshot(h.view, h.next, data)
 			delete(v.groups, h.name)
 			c.Recovered(now, lsn, h)
 			c.Open(h)

@@ -51,3 +51,22 @@ func mustMarshal(m proto.Message) []byte {
 	}
 	return b
 }
+
+// recordBrief is a one-line description of a shard record for the trace.
+func recordBrief(t messages.RecordType, m proto.Message) string {
+	switch x := m.(type) {
+	case *messages.Job:
+		return fmt.Sprintf("%s{%d v%d %s next=%d runs=%d}", t, x.Id, x.Version, x.State, x.NextDueMs, x.Runs)
+	case *messages.RunState:
+		return fmt.Sprintf("%s{%s#%d level=%d deadline=%d fire=%v next=%d}", t, x.RunId, x.Attempt, x.Level, x.DeadlineMs, x.Fire, x.JobNextDueMs)
+	case *messages.RunRecord:
+		return fmt.Sprintf("%s{%s#%d %s sets_next=%v next=%d}", t, x.RunId, x.Attempt, x.Outcome, x.SetsNext, x.JobNextDueMs)
+	case *messages.DeadLetter:
+		return fmt.Sprintf("%s{%s after %d attempts}", t, x.RunId, x.Attempts)
+	case *messages.JobRef:
+		return fmt.Sprintf("%s{%d %s}", t, x.Id, x.RunId)
+	case *messages.ShardMeta:
+		return fmt.Sprintf("%s{%s@%d}", t, x.Shard, x.Epoch)
+	}
+	return t.String()
+}

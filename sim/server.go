@@ -88,8 +88,9 @@ type shardHost struct {
 	// view is the jobs as this core journaled them (the checker's copy: the policy a
 	// retry or dead letter was computed with).
 	view     map[int64]*messages.Job
-	finished []string // RUN_FINISHED run ids appended during the current input
-	puts     []int64  // JOB_PUT job ids appended during the current input
+	next     map[int64]int64 // each job's next due as this core last journaled it (jobs absent: see view)
+	finished []string        // RUN_FINISHED run ids appended during the current input
+	puts     []int64         // JOB_PUT job ids appended during the current input
 	// shadow is a second core fed every record this one journals, by Replay: what a
 	// restart would rebuild. The checker compares the two when the shard is quiescent.
 	shadow *shardcore.Core
@@ -142,7 +143,7 @@ func (v *server) host(c *shardcore.Core) *shardHost {
 	if old := v.shards[name]; old != nil {
 		old.gone = true
 	}
-	h := &shardHost{srv: v, name: name, core: c, ref: v.shardRef(name), view: map[int64]*messages.Job{}}
+	h := &shardHost{srv: v, name: name, core: c, ref: v.shardRef(name), view: map[int64]*messages.Job{}, next: map[int64]int64{}}
 	c.SetSelf(h.ref)
 	v.shards[name] = h
 	return h
@@ -232,6 +233,7 @@ func (v *server) recover() {
 		c := res.cores[st]
 		h := v.host(c)
 		h.view = res.views[st]
+		h.next = res.nexts[st]
 		h.shadow = shadows.cores[st]
 		v.s.tracef("%s: recovered %s@%d (%d jobs, %d runs, frozen=%v) at lsn %d", v.addr, h.name, c.Epoch(), c.Jobs(), c.InFlight(), c.Frozen(), res.last)
 		c.Recovered(now, res.last, h)
@@ -247,6 +249,7 @@ func (v *server) recover() {
 type replayed struct {
 	cores     map[uint64]*shardcore.Core
 	views     map[uint64]map[int64]*messages.Job
+	nexts     map[uint64]map[int64]int64
 	intents   map[uint64]string
 	dropped   map[uint64]int64
 	order     []uint64
@@ -260,11 +263,12 @@ type replayed struct {
 // says whether this is a real recovery (the torn tail is cut off) or a check that
 // reads the durable prefix of a copy.
 func replayLog(v *server, d *disk, now int64, truncate bool) replayed {
-	out := replayed{cores: map[uint64]*shardcore.Core{}, views: map[uint64]map[int64]*messages.Job{},
+	out := replayed{cores: map[uint64]*shardcore.Core{}, views: map[uint64]map[int64]*messages.Job{}, nexts: map[uint64]map[int64]int64{},
 		intents: map[uint64]string{}, dropped: map[uint64]int64{}}
 	remove := func(st uint64) {
 		delete(out.cores, st)
 		delete(out.views, st)
+		delete(out.nexts, st)
 		delete(out.intents, st)
 		for i, x := range out.order {
 			if x == st {
@@ -279,6 +283,7 @@ func replayLog(v *server, d *disk, now int64, truncate bool) replayed {
 		}
 		out.cores[st] = c
 		out.views[st] = map[int64]*messages.Job{}
+		out.nexts[st] = map[int64]int64{}
 		out.order = append(out.order, st)
 	}
 	fn := func(r persistence.Record) {
@@ -309,7 +314,7 @@ func replayLog(v *server, d *disk, now int64, truncate bool) replayed {
 				return
 			}
 			add(r.Stream, c)
-			viewFromSnapshot(out.views[r.Stream], data)
+			viewFromSnapshot(out.views[r.Stream], out.nexts[r.Stream], data)
 		case recIntent:
 			if _, ok := out.cores[r.Stream]; ok {
 				out.intents[r.Stream] = string(r.Payload)
@@ -350,7 +355,7 @@ func replayLog(v *server, d *disk, now int64, truncate bool) replayed {
 				out.err = err
 				return
 			}
-			applyView(out.views[r.Stream], r)
+			applyView(out.views[r.Stream], out.nexts[r.Stream], r)
 		}
 	}
 	if truncate {
@@ -361,12 +366,25 @@ func replayLog(v *server, d *disk, now int64, truncate bool) replayed {
 	return out
 }
 
-func applyView(view map[int64]*messages.Job, r persistence.Record) {
+// applyView keeps the checker's copy of a replayed core's jobs (view) and of each
+// job's next due as last journaled (next).
+func applyView(view map[int64]*messages.Job, next map[int64]int64, r persistence.Record) {
 	switch messages.RecordType(r.Type) {
 	case messages.RecordType_JOB_PUT:
 		j := &messages.Job{}
 		if proto.Unmarshal(r.Payload, j) == nil {
 			view[j.Id] = j
+			next[j.Id] = j.NextDueMs
+		}
+	case messages.RecordType_RUN_DISPATCHED:
+		st := &messages.RunState{}
+		if proto.Unmarshal(r.Payload, st) == nil && st.Fire {
+			next[st.JobId] = st.JobNextDueMs
+		}
+	case messages.RecordType_RUN_FINISHED:
+		rec := &messages.RunRecord{}
+		if proto.Unmarshal(r.Payload, rec) == nil && rec.SetsNext {
+			next[rec.JobId] = rec.JobNextDueMs
 		}
 	case messages.RecordType_JOB_DELETED:
 		ref := &messages.JobRef{}
@@ -376,11 +394,12 @@ func applyView(view map[int64]*messages.Job, r persistence.Record) {
 	}
 }
 
-func viewFromSnapshot(view map[int64]*messages.Job, data []byte) {
+func viewFromSnapshot(view map[int64]*messages.Job, next map[int64]int64, data []byte) {
 	snap := &messages.ShardSnapshot{}
 	if proto.Unmarshal(data, snap) == nil {
 		for _, j := range snap.Jobs {
 			view[j.Id] = j
+			next[j.Id] = j.NextDueMs
 		}
 	}
 }

@@ -422,27 +422,7 @@ func (a *admin) knownApp(ctx context.Context, c *Client, app string) error {
 	if known {
 		return nil
 	}
-	rep, err := c.toServer(ctx, &messages.GetRoutes{App: app})
-	if err != nil {
-		return err
-	}
-	t, ok := rep.(*messages.RouteTable)
-	if !ok {
-		return fmt.Errorf("unexpected reply %T", rep)
-	}
-	if len(t.Routes) > 0 {
-		c.mu.Lock()
-		c.routes[app] = t.Routes
-		c.mu.Unlock()
-		return nil
-	}
-	if err := kerr.FromWire(t.Error); err != nil {
-		return err
-	}
-	if !t.Complete {
-		return &kerr.Error{Code: messages.Code_UNAVAILABLE, Message: "the name server is still warming up"}
-	}
-	return &kerr.Error{Code: messages.Code_NOT_FOUND, Field: "app", Message: fmt.Sprintf("app %q has no shard: no job was ever created in it", app)}
+	return c.refresh(ctx, app, false)
 }
 
 // jobClient parses {app}/{id} and returns the client once the app is known.

@@ -245,6 +245,11 @@ func (c *Client) refresh(ctx context.Context, app string, ensure bool) error {
 	if err := kerr.FromWire(t.Error); err != nil {
 		return err
 	}
+	if t.Complete && !ensure {
+		// The NameServer has heard from every live server: the app has no shard, so
+		// nothing was ever created in it. Say so now rather than retry until the deadline.
+		return &kerr.Error{Code: messages.Code_NOT_FOUND, Field: "app", Message: fmt.Sprintf("app %q has no shard: no job was ever created in it", app)}
+	}
 	return &kerr.Error{Code: messages.Code_UNAVAILABLE, Message: fmt.Sprintf("no shard of app %q is known yet", app)}
 }
 

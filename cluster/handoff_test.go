@@ -4,11 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kjob/kjob/actors/server"
 	"github.com/kjob/kjob/cluster"
 	"github.com/kjob/kjob/messages"
 )
@@ -153,5 +158,218 @@ func TestSkewMovesAShardLive(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("run %s executed %d times", k, n)
 		}
+	}
+}
+
+// TestHandoffOfALargeShard: a shard whose snapshot is larger than gRPC's default
+// message limit (4 MiB) still moves: the import reaches the target and the target
+// serves the shard at epoch 2 with every job.
+//
+// Known bug, fix outside this file: proto.actor's remote starts its gRPC server
+// with the default 4 MiB receive limit, so the target drops the ImportShard (the
+// whole stream breaks), the source retries forever and the shard stays frozen:
+// unavailable for good. Raising the limit in StartNode (remote.WithServerOptions(
+// grpc.MaxRecvMsgSize(...)), at least the journal's largest record) makes this
+// pass; chunking the import is the lasting fix.
+func TestHandoffOfALargeShard(t *testing.T) {
+	if os.Getenv("KJOB_TEST_KNOWN_BUGS") == "" {
+		t.Skip("KNOWN BUG (see the comment): a shard snapshot over 4 MiB never moves; set KJOB_TEST_KNOWN_BUGS=1 to run")
+	}
+	addrs := freeAddrs(t, 2)
+	nodes := map[string]*cluster.Node{}
+	for _, a := range addrs {
+		n, err := cluster.StartNode(cluster.NodeConfig{Listen: a, Peers: addrs, DataDir: t.TempDir(), Log: quietLog()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[a] = n
+		t.Cleanup(func() { _ = n.Close() })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := cluster.NewClient(ctx, cluster.ClientConfig{Servers: addrs, Log: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const jobs = 90
+	params := []byte(strings.Repeat("p", 60<<10)) // 90 × 60 KiB ≈ 5.3 MiB of snapshot
+	var ids []int64
+	for i := 0; i < jobs; i++ {
+		j, err := c.Create(ctx, &messages.Job{App: "big", Handler: "echo", Params: params,
+			Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 3_600_000}})
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		ids = append(ids, j.Id)
+	}
+	var src string
+	waitFor(t, 15*time.Second, "the shard's owner in the status", func() bool {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return false
+		}
+		for _, s := range st.Servers {
+			for _, sh := range s.Shards {
+				if sh.Shard == "big/0/0" {
+					src = s.Address
+				}
+			}
+		}
+		return src != ""
+	})
+	dst := addrs[0]
+	if dst == src {
+		dst = addrs[1]
+	}
+	n := nodes[src]
+	n.System().Root.Send(actor.NewPID(src, server.Name),
+		&messages.MoveShard{Shard: "big/0/0", Target: &messages.Ref{Address: dst, Id: server.Name}, Epoch: 1})
+	waitFor(t, 40*time.Second, "the large shard active at epoch 2 on "+dst, func() bool {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return false
+		}
+		for _, s := range st.Servers {
+			for _, sh := range s.Shards {
+				if sh.Shard == "big/0/0" && s.Address == dst && sh.Epoch == 2 && !sh.Frozen {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	for _, id := range ids {
+		if _, err := c.Get(ctx, "big", id); err != nil {
+			t.Fatalf("get %d after the move: %v", id, err)
+		}
+	}
+}
+
+// TestHandoffWhileRunsAreRunning: runs still executing at the worker when their
+// shard moves are not executed a second time. The new owner re-dispatches every
+// run that was in flight (at epoch 2); the worker, still running it, must let the
+// result reach the new owner instead of the old one, or the new owner times the
+// run out as LOST and the retry executes the job again.
+//
+// Known bug, fix outside this package's files (actors/worker): core.Dispatch answers
+// a dispatch of a run it is still executing with Duplicate and keeps the first
+// dispatch (its reply_to and epoch); the shell then sends the result to the old
+// owner, which is frozen or gone. Observed: every run recorded "no result within
+// 11000 ms" (LOST) by the new owner, then executed again as attempt 2. Fix: on
+// Duplicate, when d.Epoch is newer, keep d as the entry's dispatch; and on
+// finished, send the result to the entry's current dispatch (its ReplyTo, Epoch,
+// Shard), not the one captured when the run started (shell.go, case *finished).
+func TestHandoffWhileRunsAreRunning(t *testing.T) {
+	if os.Getenv("KJOB_TEST_KNOWN_BUGS") == "" {
+		t.Skip("KNOWN BUG (see the comment): a run executing across a handoff is executed twice; set KJOB_TEST_KNOWN_BUGS=1 to run")
+	}
+	addrs := freeAddrs(t, 2)
+	nodes := map[string]*cluster.Node{}
+	for _, a := range addrs {
+		n, err := cluster.StartNode(cluster.NodeConfig{Listen: a, Peers: addrs, DataDir: t.TempDir(), Log: quietLog()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[a] = n
+		t.Cleanup(func() { _ = n.Close() })
+	}
+	w, err := cluster.NewWorker(cluster.WorkerConfig{Servers: addrs, App: "slow", Log: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const runMs = 5000 // longer than the handoff takes: every run is still executing when the new owner re-dispatches it
+	var started atomic.Int64
+	var startsMu sync.Mutex
+	starts := map[int64][]string{} // job → run#attempt of each execution begun
+	w.HandleFunc("sleep", func(ctx context.Context, r *cluster.Run) error {
+		started.Add(1)
+		startsMu.Lock()
+		starts[r.JobID] = append(starts[r.JobID], fmt.Sprintf("%s#%d", r.ID, r.Attempt))
+		startsMu.Unlock()
+		select {
+		case <-time.After(runMs * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := cluster.NewClient(ctx, cluster.ClientConfig{Servers: addrs, Log: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// A short timeout, so a run the new owner never hears of is LOST (and retried)
+	// within the test: deadline = timeout + the shard's grace (5 s).
+	policy := &messages.Policy{TimeoutMs: 6000}
+	far, err := c.Create(ctx, &messages.Job{App: "slow", Handler: "sleep", Policy: policy,
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 3_600_000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src string
+	waitFor(t, 15*time.Second, "the shard's owner in the status", func() bool {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return false
+		}
+		for _, s := range st.Servers {
+			for _, sh := range s.Shards {
+				if sh.Shard == "slow/0/0" {
+					src = s.Address
+				}
+			}
+		}
+		return src != ""
+	})
+	dst := addrs[0]
+	if dst == src {
+		dst = addrs[1]
+	}
+	var ids []int64
+	for i := 0; i < 6; i++ {
+		j, err := c.Create(ctx, &messages.Job{App: "slow", Handler: "sleep", Policy: policy,
+			Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 300}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.Id)
+	}
+	waitFor(t, 10*time.Second, "the runs to start", func() bool { return started.Load() == int64(len(ids)) })
+	// Move while every run is still executing.
+	nodes[src].System().Root.Send(actor.NewPID(src, server.Name),
+		&messages.MoveShard{Shard: "slow/0/0", Target: &messages.Ref{Address: dst, Id: server.Name}, Epoch: 1})
+	waitFor(t, 20*time.Second, "the shard active at epoch 2 on "+dst, func() bool {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return false
+		}
+		for _, s := range st.Servers {
+			for _, sh := range s.Shards {
+				if sh.Shard == "slow/0/0" && s.Address == dst && sh.Epoch == 2 && !sh.Frozen {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	// Past the new owner's deadline for the re-dispatched runs (timeout + the
+	// shard's 5 s grace), the first rung of the ladder (1 s), and a margin.
+	time.Sleep(6*time.Second + 5*time.Second + time.Second + 2*time.Second)
+	startsMu.Lock()
+	for _, id := range ids {
+		if n := len(starts[id]); n != 1 {
+			t.Errorf("job %d executed %d times across the handoff (%v), want once", id, n, starts[id])
+		}
+	}
+	startsMu.Unlock()
+	if _, err := c.Get(ctx, "slow", far.Id); err != nil {
+		t.Fatalf("get after the move: %v", err)
 	}
 }

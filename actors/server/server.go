@@ -6,6 +6,7 @@ package server
 
 import (
 	"log/slog"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,9 @@ type Deps struct {
 	NewCore    func(s route.Shard, epoch int64) *shardcore.Core
 	Metrics    shard.Sink        // where shards report their figures (nil = nowhere)
 	Alerts     []shard.AlertHook // called for each new dead letter
+	// CrashAt is a crash point (crash.go) for tests of real processes; empty takes
+	// the environment's CrashEnv, unset in production.
+	CrashAt string
 }
 
 // Recovered is a shard found in the journal at start.
@@ -60,14 +64,36 @@ type Actor struct {
 	deps      Deps
 	recovered []Recovered
 	children  map[string]*child
+	opening   map[string]*opening // assigned here, SHARD_OPENED not durable yet
 	table     atomic.Pointer[messages.RouteTable]
 	groups    map[string]string // shard → last worker set key sent
 	mu        sync.Mutex
+	crashAt   string // crash point of a test process (crash.go); "" in production
+}
+
+// opening is a shard assigned to this server whose SHARD_OPENED record is on its way
+// to disk. Until it is durable the shard is not spawned, not in heartbeats and not
+// confirmed to anyone: a crash before then must leave no one routing to it.
+type opening struct {
+	shard   route.Shard
+	epoch   int64
+	record  persistence.Record // the SHARD_OPENED record (LSN filled in by Append)
+	waiters []*actor.PID       // who asked, to be answered ShardOpened
+}
+
+// openDurable is the journal's word that an opening shard's record is durable (or failed).
+type openDurable struct {
+	shard string
+	err   error
 }
 
 // New makes the server actor with the shards recovered from the journal.
 func New(d Deps, rec []Recovered) *Actor {
-	return &Actor{deps: d, recovered: rec, children: map[string]*child{}, groups: map[string]string{}}
+	if d.CrashAt == "" {
+		d.CrashAt = os.Getenv(CrashEnv)
+	}
+	return &Actor{deps: d, recovered: rec, children: map[string]*child{}, opening: map[string]*opening{},
+		groups: map[string]string{}, crashAt: d.CrashAt}
 }
 
 // Table is the last route table pushed to this server.
@@ -88,20 +114,9 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *messages.Ping:
 		ctx.Respond(&messages.Pong{ServerId: a.deps.ServerID, Address: ctx.ActorSystem().Address()})
 	case *messages.AssignShard:
-		sh, err := route.Parse(m.Shard)
-		if err != nil {
-			ctx.Respond(&messages.ShardOpened{ServerId: a.deps.ServerID, Error: kerr.Invalid("shard", "%v", err)})
-			return
-		}
-		c := a.children[m.Shard]
-		if c == nil {
-			c = a.spawn(ctx, a.deps.NewCore(sh, m.Epoch), true, 0)
-		}
-		a.pushWorkers(ctx)
-		l := &messages.ShardLoad{Shard: m.Shard, Epoch: c.core.Epoch(), Pid: &messages.Ref{Address: c.pid.Address, Id: c.pid.Id}}
-		if ctx.Sender() != nil {
-			ctx.Respond(&messages.ShardOpened{ServerId: a.deps.ServerID, Shard: l})
-		}
+		a.assign(ctx, m)
+	case *openDurable:
+		a.opened(ctx, m)
 	case *messages.MoveShard:
 		if c := a.children[m.Shard]; c != nil && c.core.Epoch() == m.Epoch && m.Target != nil {
 			a.deps.Log.Info("handing off shard", "shard", m.Shard, "epoch", m.Epoch, "target", m.Target.Address)
@@ -117,6 +132,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 			if err := a.deps.Journal.DropStream(c.core.Stream()); err != nil {
 				a.deps.Log.Warn("drop handed-off shard's stream", "shard", m.Shard, "err", err)
 			}
+			a.crash(CrashSourceDropped)
 		}
 	case *messages.RouteTable:
 		// Versions order the tables of one NameServer instance only: take a push from
@@ -142,6 +158,82 @@ func (a *Actor) Receive(ctx actor.Context) {
 	}
 }
 
+// assign opens a shard the NameServer placed here. The SHARD_OPENED record is
+// journaled first; only once it is durable is the shard spawned, reported in
+// heartbeats and confirmed (opened), so no one is told of a shard a crash can lose.
+func (a *Actor) assign(ctx actor.Context, m *messages.AssignShard) {
+	sh, err := route.Parse(m.Shard)
+	if err != nil {
+		if ctx.Sender() != nil {
+			ctx.Respond(&messages.ShardOpened{ServerId: a.deps.ServerID, Error: kerr.Invalid("shard", "%v", err)})
+		}
+		return
+	}
+	if c := a.children[m.Shard]; c != nil {
+		a.pushWorkers(ctx)
+		if ctx.Sender() != nil {
+			ctx.Respond(&messages.ShardOpened{ServerId: a.deps.ServerID, Shard: a.loadOf(c)})
+		}
+		return
+	}
+	o := a.opening[m.Shard]
+	if o == nil {
+		payload, err := proto.Marshal(&messages.ShardMeta{Shard: m.Shard, Epoch: m.Epoch})
+		if err != nil {
+			panic("server: marshal ShardMeta: " + err.Error()) // generated types always marshal
+		}
+		o = &opening{shard: sh, epoch: m.Epoch, record: persistence.Record{Stream: sh.Stream(), Type: uint8(messages.RecordType_SHARD_OPENED), Payload: payload}}
+		self, sys, name := ctx.Self(), ctx.ActorSystem(), m.Shard
+		_, last, err := a.deps.Journal.Append([]persistence.Entry{{Stream: o.record.Stream, Type: o.record.Type, Payload: payload}},
+			func(_ uint64, err error) { sys.Root.Send(self, &openDurable{shard: name, err: err}) })
+		if err != nil {
+			a.deps.Log.Warn("open shard: journal refused its record", "shard", m.Shard, "err", err)
+			if ctx.Sender() != nil {
+				ctx.Respond(&messages.ShardOpened{ServerId: a.deps.ServerID,
+					Error: kerr.New(messages.Code_UNAVAILABLE, "", "open shard %s: %v", m.Shard, err)})
+			}
+			return
+		}
+		o.record.LSN = last
+		a.opening[m.Shard] = o
+	}
+	if s := ctx.Sender(); s != nil {
+		o.waiters = append(o.waiters, s)
+	}
+}
+
+// opened spawns a shard whose SHARD_OPENED record became durable and confirms it:
+// to whoever asked, or else straight to the NameServer (sooner than a heartbeat).
+func (a *Actor) opened(ctx actor.Context, m *openDurable) {
+	o := a.opening[m.shard]
+	if o == nil {
+		return
+	}
+	delete(a.opening, m.shard)
+	var reply *messages.ShardOpened
+	if m.err != nil {
+		a.deps.Log.Warn("open shard: journal failed", "shard", m.shard, "err", m.err)
+		reply = &messages.ShardOpened{ServerId: a.deps.ServerID, Error: kerr.New(messages.Code_UNAVAILABLE, "", "open shard %s: %v", m.shard, m.err)}
+	} else {
+		core := a.deps.NewCore(o.shard, o.epoch)
+		if err := core.Replay(o.record); err != nil { // sets the epoch from the record
+			panic("server: replay the SHARD_OPENED record just written: " + err.Error())
+		}
+		c := a.spawn(ctx, core, false, o.record.LSN)
+		a.pushWorkers(ctx)
+		reply = &messages.ShardOpened{ServerId: a.deps.ServerID, Shard: a.loadOf(c)}
+	}
+	to := o.waiters
+	if len(to) == 0 {
+		if ns := a.deps.NameServer(); ns != nil && m.err == nil {
+			to = append(to, ns)
+		}
+	}
+	for _, w := range to {
+		ctx.Send(w, reply)
+	}
+}
+
 // importShard persists a shard handed to this node (one record holding all of it)
 // before it answers, then activates it at the new epoch. A repeat is answered the
 // same way without a second copy.
@@ -150,12 +242,27 @@ func (a *Actor) importShard(ctx actor.Context, m *messages.ImportShard) *message
 	if err != nil {
 		return &messages.ImportShardReply{Error: kerr.Invalid("shard", "%v", err)}
 	}
+	a.crash(CrashTargetReceived)
 	if c := a.children[m.Shard]; c != nil {
 		if c.core.Epoch() >= m.Epoch {
 			return &messages.ImportShardReply{Shard: a.loadOf(c)}
 		}
 		return &messages.ImportShardReply{Error: kerr.New(messages.Code_FAILED_PRECONDITION, "epoch",
 			"shard %s is here at epoch %d, below the import's %d", m.Shard, c.core.Epoch(), m.Epoch)}
+	}
+	if a.opening[m.Shard] != nil {
+		return &messages.ImportShardReply{Error: kerr.New(messages.Code_UNAVAILABLE, "",
+			"shard %s is being opened here; try again", m.Shard)}
+	}
+	// Check and load it before it is persisted: recovery rebuilds the shard from the
+	// record alone (its name and epoch included), so a record that would not load,
+	// or would load as another shard or epoch, must never reach the journal.
+	if name, epoch, err := shardcore.ShardNameOfSnapshot(m.Snapshot); err != nil || name != m.Shard || epoch != m.Epoch {
+		return &messages.ImportShardReply{Error: kerr.Invalid("snapshot", "shard %s epoch %d: snapshot holds %q epoch %d (%v)", m.Shard, m.Epoch, name, epoch, err)}
+	}
+	core := a.deps.NewCore(sh, m.Epoch)
+	if err := core.LoadSnapshot(m.Snapshot, 0); err != nil {
+		return &messages.ImportShardReply{Error: kerr.Invalid("snapshot", "%v", err)}
 	}
 	done := make(chan error, 1)
 	_, last, err := a.deps.Journal.Append([]persistence.Entry{{Stream: sh.Stream(), Type: uint8(messages.RecordType_SHARD_IMPORTED), Payload: m.Snapshot}},
@@ -166,10 +273,8 @@ func (a *Actor) importShard(ctx actor.Context, m *messages.ImportShard) *message
 	if err != nil {
 		return &messages.ImportShardReply{Error: kerr.New(messages.Code_UNAVAILABLE, "", "persist imported shard %s: %v", m.Shard, err)}
 	}
-	core := a.deps.NewCore(sh, m.Epoch)
-	if err := core.LoadSnapshot(m.Snapshot, last); err != nil {
-		return &messages.ImportShardReply{Error: kerr.Invalid("snapshot", "%v", err)}
-	}
+	a.crash(CrashTargetImported)
+	// Recovered (on the shard's start) moves its journal position to last.
 	c := a.spawn(ctx, core, false, last)
 	a.pushWorkers(ctx)
 	l := a.loadOf(c)
@@ -177,6 +282,7 @@ func (a *Actor) importShard(ctx actor.Context, m *messages.ImportShard) *message
 		ctx.Send(ns, &messages.ShardOpened{ServerId: a.deps.ServerID, Shard: l})
 	}
 	a.deps.Log.Info("imported shard", "shard", m.Shard, "epoch", m.Epoch)
+	a.crash(CrashTargetActivated)
 	return &messages.ImportShardReply{Shard: l}
 }
 
@@ -199,11 +305,11 @@ func (a *Actor) unavailable(ctx actor.Context, m proto.Message) {
 }
 
 func (a *Actor) spawn(ctx actor.Context, core *shardcore.Core, open bool, lsn uint64) *child {
-	shell := shard.NewActor(core, a.deps.Journal, a.deps.Log)
+	shell := shard.NewActor(core, a.shardJournal(), a.deps.Log)
 	shell.SetAlertHooks(a.deps.Alerts)
 	shell.SetSink(a.deps.Metrics)
 	name := core.Shard().String()
-	pid, err := ctx.SpawnNamed(shell.Props(open, lsn), ShardName(name))
+	pid, err := ctx.SpawnNamed(a.hookProps(shell.Props(open, lsn)), ShardName(name))
 	if err != nil {
 		a.deps.Log.Error("spawn shard", "shard", name, "err", err)
 		return &child{pid: pid, shell: shell, core: core}

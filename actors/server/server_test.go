@@ -1,0 +1,242 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kjob/kjob/actors/route"
+	shardcore "github.com/kjob/kjob/actors/shard/core"
+	"github.com/kjob/kjob/messages"
+	"github.com/kjob/kjob/persistence"
+)
+
+// heldJournal is a journal whose appends become durable only when the test says so.
+type heldJournal struct {
+	mu      sync.Mutex
+	lsn     uint64
+	entries []persistence.Entry
+	held    []func(uint64, error)
+	lsns    []uint64
+}
+
+func (j *heldJournal) Append(entries []persistence.Entry, cb func(uint64, error)) (uint64, uint64, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	first := j.lsn + 1
+	j.lsn += uint64(len(entries))
+	j.entries = append(j.entries, entries...)
+	j.held = append(j.held, cb)
+	j.lsns = append(j.lsns, j.lsn)
+	return first, j.lsn, nil
+}
+
+func (j *heldJournal) WriteSnapshot(uint64, uint64, []byte) error { return nil }
+func (j *heldJournal) DropStream(uint64) error                    { return nil }
+
+// release makes every held append durable (or failed with err).
+func (j *heldJournal) release(err error) {
+	j.mu.Lock()
+	held, lsns := j.held, j.lsns
+	j.held, j.lsns = nil, nil
+	j.mu.Unlock()
+	for i, cb := range held {
+		if cb != nil {
+			cb(lsns[i], err)
+		}
+	}
+}
+
+func (j *heldJournal) count(t messages.RecordType) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	n := 0
+	for _, e := range j.entries {
+		if messages.RecordType(e.Type) == t {
+			n++
+		}
+	}
+	return n
+}
+
+// inbox is an actor that hands every proto message it gets to a channel.
+func inbox(sys *actor.ActorSystem) (*actor.PID, chan proto.Message) {
+	ch := make(chan proto.Message, 64)
+	pid := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if m, ok := ctx.Message().(proto.Message); ok {
+			ch <- m
+		}
+	}))
+	return pid, ch
+}
+
+func startServer(t *testing.T, j *heldJournal) (*actor.ActorSystem, *actor.PID, chan proto.Message) {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys := actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet })))
+	t.Cleanup(sys.Shutdown)
+	ns, nsIn := inbox(sys)
+	a := New(Deps{
+		ServerID: "s1", Journal: j, Log: quiet,
+		NameServer: func() *actor.PID { return ns },
+		NewCore: func(s route.Shard, epoch int64) *shardcore.Core {
+			return shardcore.New(shardcore.Config{Shard: s}, time.Now().UnixMilli(), epoch)
+		},
+	}, nil)
+	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return a }), Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sys, pid, nsIn
+}
+
+// heartbeatShards asks the server for a heartbeat and returns the shards in it.
+func heartbeatShards(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, nsIn chan proto.Message) []string {
+	t.Helper()
+	sys.Root.Send(pid, &HeartbeatTick{})
+	deadline := time.After(2 * time.Second)
+	for {
+		select {
+		case m := <-nsIn:
+			if hb, ok := m.(*messages.ServerHeartbeat); ok {
+				var out []string
+				for _, l := range hb.Shards {
+					out = append(out, l.Shard)
+				}
+				return out
+			}
+		case <-deadline:
+			t.Fatal("no heartbeat")
+		}
+	}
+}
+
+func waitReply(f *actor.Future) chan any {
+	ch := make(chan any, 1)
+	go func() {
+		r, err := f.Result()
+		if err != nil {
+			ch <- err
+			return
+		}
+		ch <- r
+	}()
+	return ch
+}
+
+// TestAssignAnswersOnlyOnceDurable: a newly assigned shard is confirmed and
+// heartbeated only after its SHARD_OPENED record is durable (the simulator's
+// QuirkEarlyOpen: reported earlier, a crash loses the shard while the NameServer
+// keeps routing to it).
+func TestAssignAnswersOnlyOnceDurable(t *testing.T) {
+	j := &heldJournal{}
+	sys, pid, nsIn := startServer(t, j)
+	reply := waitReply(sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 5*time.Second))
+	// A repeat while the record is on its way is answered with the first, not written twice.
+	again := waitReply(sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 5*time.Second))
+	select {
+	case r := <-reply:
+		t.Fatalf("ShardOpened before the open record is durable: %v", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if got := heartbeatShards(t, sys, pid, nsIn); len(got) != 0 {
+		t.Fatalf("heartbeat reports %v before the open record is durable", got)
+	}
+	if n := j.count(messages.RecordType_SHARD_OPENED); n != 1 {
+		t.Fatalf("%d SHARD_OPENED records appended, want 1", n)
+	}
+	j.release(nil)
+	for _, ch := range []chan any{reply, again} {
+		select {
+		case r := <-ch:
+			so, ok := r.(*messages.ShardOpened)
+			if !ok || so.Error != nil || so.Shard.GetShard() != "app/0/0" || so.Shard.GetEpoch() != 1 || so.Shard.GetPid() == nil {
+				t.Fatalf("reply %v, want ShardOpened of app/0/0 at epoch 1", r)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("no ShardOpened after the open record became durable")
+		}
+	}
+	if got := heartbeatShards(t, sys, pid, nsIn); len(got) != 1 || got[0] != "app/0/0" {
+		t.Fatalf("heartbeat reports %v once durable, want [app/0/0]", got)
+	}
+	if n := j.count(messages.RecordType_SHARD_OPENED); n != 1 {
+		t.Fatalf("%d SHARD_OPENED records appended in all, want 1 (the shard must not open itself again)", n)
+	}
+	// The shard serves: a create is acknowledged once durable.
+	f := waitReply(sys.Root.RequestFuture(actor.NewPID(pid.Address, pid.Id+"/"+ShardName("app/0/0")), &messages.GetJob{App: "app", Id: 1}, 3*time.Second))
+	select {
+	case r := <-f:
+		jr, ok := r.(*messages.JobReply)
+		if !ok || jr.Error.GetCode() != messages.Code_NOT_FOUND {
+			t.Fatalf("get from the opened shard: %v, want NOT_FOUND", r)
+		}
+	case <-time.After(4 * time.Second):
+		t.Fatal("opened shard does not answer")
+	}
+}
+
+// TestAssignWithoutSenderTellsTheNameServer: the NameServer sends AssignShard
+// without a sender; the server confirms to it directly, only once durable.
+func TestAssignWithoutSenderTellsTheNameServer(t *testing.T) {
+	j := &heldJournal{}
+	sys, pid, nsIn := startServer(t, j)
+	sys.Root.Send(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1})
+	select {
+	case m := <-nsIn:
+		t.Fatalf("the NameServer heard %v before the open record is durable", m)
+	case <-time.After(300 * time.Millisecond):
+	}
+	j.release(nil)
+	select {
+	case m := <-nsIn:
+		so, ok := m.(*messages.ShardOpened)
+		if !ok || so.Shard.GetShard() != "app/0/0" {
+			t.Fatalf("the NameServer heard %v, want ShardOpened of app/0/0", m)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the NameServer never heard of the opened shard")
+	}
+}
+
+// TestAssignJournalFailure: a failed open record is answered with UNAVAILABLE and
+// leaves no shard behind; a later assignment tries again.
+func TestAssignJournalFailure(t *testing.T) {
+	j := &heldJournal{}
+	sys, pid, nsIn := startServer(t, j)
+	reply := waitReply(sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 5*time.Second))
+	time.Sleep(100 * time.Millisecond)
+	j.release(errors.New("disk on fire"))
+	select {
+	case r := <-reply:
+		so, ok := r.(*messages.ShardOpened)
+		if !ok || so.Error.GetCode() != messages.Code_UNAVAILABLE || so.Shard != nil {
+			t.Fatalf("reply %v, want ShardOpened with UNAVAILABLE", r)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("no answer after the open record failed")
+	}
+	if got := heartbeatShards(t, sys, pid, nsIn); len(got) != 0 {
+		t.Fatalf("heartbeat reports %v after the open failed", got)
+	}
+	reply = waitReply(sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 5*time.Second))
+	time.Sleep(100 * time.Millisecond)
+	j.release(nil)
+	select {
+	case r := <-reply:
+		if so, ok := r.(*messages.ShardOpened); !ok || so.Error != nil {
+			t.Fatalf("second assignment: %v", r)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("no answer to the second assignment")
+	}
+	if n := j.count(messages.RecordType_SHARD_OPENED); n != 2 {
+		t.Fatalf("%d SHARD_OPENED records, want 2 (one failed, one durable)", n)
+	}
+}

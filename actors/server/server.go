@@ -5,6 +5,7 @@
 package server
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"sort"
@@ -50,10 +51,16 @@ type Recovered struct {
 	DurableLSN uint64
 }
 
+// child is a shard actor of this server. Its core belongs to the shard's goroutine
+// from the spawn on (HandoffSnapshot even bumps its epoch for a moment), so the
+// server keeps its own copy of what it needs: a shard's identity and epoch on a
+// server never change after the spawn (a move makes a new core elsewhere).
 type child struct {
-	pid   *actor.PID
-	shell *shard.Actor
-	core  *shardcore.Core
+	pid    *actor.PID
+	shell  *shard.Actor
+	shard  route.Shard
+	stream uint64
+	epoch  int64
 }
 
 // HeartbeatTick makes the server send its heartbeat.
@@ -118,7 +125,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *openDurable:
 		a.opened(ctx, m)
 	case *messages.MoveShard:
-		if c := a.children[m.Shard]; c != nil && c.core.Epoch() == m.Epoch && m.Target != nil {
+		if c := a.children[m.Shard]; c != nil && c.epoch == m.Epoch && m.Target != nil {
 			a.deps.Log.Info("handing off shard", "shard", m.Shard, "epoch", m.Epoch, "target", m.Target.Address)
 			ctx.Send(c.pid, &shard.BeginHandoff{Target: actor.NewPID(m.Target.Address, m.Target.Id)})
 		}
@@ -129,7 +136,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 			ctx.Stop(c.pid)
 			delete(a.children, m.Shard)
 			delete(a.groups, m.Shard)
-			if err := a.deps.Journal.DropStream(c.core.Stream()); err != nil {
+			if err := a.deps.Journal.DropStream(c.stream); err != nil {
 				a.deps.Log.Warn("drop handed-off shard's stream", "shard", m.Shard, "err", err)
 			}
 			a.crash(CrashSourceDropped)
@@ -219,9 +226,14 @@ func (a *Actor) opened(ctx actor.Context, m *openDurable) {
 		if err := core.Replay(o.record); err != nil { // sets the epoch from the record
 			panic("server: replay the SHARD_OPENED record just written: " + err.Error())
 		}
-		c := a.spawn(ctx, core, false, o.record.LSN)
-		a.pushWorkers(ctx)
-		reply = &messages.ShardOpened{ServerId: a.deps.ServerID, Shard: a.loadOf(c)}
+		if c := a.spawn(ctx, core, false, o.record.LSN); c != nil {
+			a.pushWorkers(ctx)
+			reply = &messages.ShardOpened{ServerId: a.deps.ServerID, Shard: a.loadOf(c)}
+		} else {
+			// Durable but not running: a restart recovers it; until then say nothing.
+			m.err = errors.New("shard actor did not start")
+			reply = &messages.ShardOpened{ServerId: a.deps.ServerID, Error: kerr.New(messages.Code_UNAVAILABLE, "", "open shard %s: its actor did not start", m.shard)}
+		}
 	}
 	to := o.waiters
 	if len(to) == 0 {
@@ -244,11 +256,11 @@ func (a *Actor) importShard(ctx actor.Context, m *messages.ImportShard) *message
 	}
 	a.crash(CrashTargetReceived)
 	if c := a.children[m.Shard]; c != nil {
-		if c.core.Epoch() >= m.Epoch {
+		if c.epoch >= m.Epoch {
 			return &messages.ImportShardReply{Shard: a.loadOf(c)}
 		}
 		return &messages.ImportShardReply{Error: kerr.New(messages.Code_FAILED_PRECONDITION, "epoch",
-			"shard %s is here at epoch %d, below the import's %d", m.Shard, c.core.Epoch(), m.Epoch)}
+			"shard %s is here at epoch %d, below the import's %d", m.Shard, c.epoch, m.Epoch)}
 	}
 	if a.opening[m.Shard] != nil {
 		return &messages.ImportShardReply{Error: kerr.New(messages.Code_UNAVAILABLE, "",
@@ -276,6 +288,10 @@ func (a *Actor) importShard(ctx actor.Context, m *messages.ImportShard) *message
 	a.crash(CrashTargetImported)
 	// Recovered (on the shard's start) moves its journal position to last.
 	c := a.spawn(ctx, core, false, last)
+	if c == nil {
+		// Persisted but not running: the source retries, and a restart recovers it.
+		return &messages.ImportShardReply{Error: kerr.New(messages.Code_UNAVAILABLE, "", "imported shard %s: its actor did not start; try again", m.Shard)}
+	}
 	a.pushWorkers(ctx)
 	l := a.loadOf(c)
 	if ns := a.deps.NameServer(); ns != nil {
@@ -287,7 +303,7 @@ func (a *Actor) importShard(ctx actor.Context, m *messages.ImportShard) *message
 }
 
 func (a *Actor) loadOf(c *child) *messages.ShardLoad {
-	return &messages.ShardLoad{Shard: c.core.Shard().String(), Epoch: c.core.Epoch(), Pid: &messages.Ref{Address: c.pid.Address, Id: c.pid.Id}}
+	return &messages.ShardLoad{Shard: c.shard.String(), Epoch: c.epoch, Pid: &messages.Ref{Address: c.pid.Address, Id: c.pid.Id}}
 }
 
 func (a *Actor) unavailable(ctx actor.Context, m proto.Message) {
@@ -304,18 +320,21 @@ func (a *Actor) unavailable(ctx actor.Context, m proto.Message) {
 	}
 }
 
+// spawn starts a shard actor for core; nil when it could not (its name is still
+// taken, e.g. by a copy that is stopping).
 func (a *Actor) spawn(ctx actor.Context, core *shardcore.Core, open bool, lsn uint64) *child {
 	shell := shard.NewActor(core, a.shardJournal(), a.deps.Log)
 	shell.SetAlertHooks(a.deps.Alerts)
 	shell.SetSink(a.deps.Metrics)
-	name := core.Shard().String()
-	pid, err := ctx.SpawnNamed(a.hookProps(shell.Props(open, lsn)), ShardName(name))
+	sh := core.Shard()
+	c := &child{shell: shell, shard: sh, stream: core.Stream(), epoch: core.Epoch()} // read before the shard runs
+	pid, err := ctx.SpawnNamed(a.hookProps(shell.Props(open, lsn)), ShardName(sh.String()))
 	if err != nil {
-		a.deps.Log.Error("spawn shard", "shard", name, "err", err)
-		return &child{pid: pid, shell: shell, core: core}
+		a.deps.Log.Error("spawn shard", "shard", sh.String(), "err", err)
+		return nil
 	}
-	c := &child{pid: pid, shell: shell, core: core}
-	a.children[name] = c
+	c.pid = pid
+	a.children[sh.String()] = c
 	return c
 }
 
@@ -357,7 +376,7 @@ func (a *Actor) pushWorkers(ctx actor.Context) {
 		}
 	}
 	for name, c := range a.children {
-		sh := c.core.Shard()
+		sh := c.shard
 		all := byApp[sh.App]
 		group := route.Group(sh, shardsOf[sh.App], all)
 		key := ""

@@ -240,3 +240,59 @@ func TestAssignJournalFailure(t *testing.T) {
 		t.Fatalf("%d SHARD_OPENED records, want 2 (one failed, one durable)", n)
 	}
 }
+
+// releaseWhileWaiting makes appends durable as they come until stop is closed.
+func releaseWhileWaiting(j *heldJournal, stop chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(10 * time.Millisecond):
+			j.release(nil)
+		}
+	}
+}
+
+// TestImportChecksBeforePersisting: an import whose snapshot would not load, or
+// would load as another shard or epoch, is refused and never reaches the journal
+// (recovery rebuilds the shard from that record alone, so a bad one would stop the
+// node from starting); a good one is persisted once, and a repeat answered alike.
+func TestImportChecksBeforePersisting(t *testing.T) {
+	j := &heldJournal{}
+	sys, pid, _ := startServer(t, j)
+	stop := make(chan struct{})
+	defer close(stop)
+	go releaseWhileWaiting(j, stop)
+	sh, _ := route.Parse("app/0/0")
+	src := shardcore.New(shardcore.Config{Shard: sh}, time.Now().UnixMilli(), 1)
+	snap := src.HandoffSnapshot() // epoch 2
+	ask := func(m *messages.ImportShard) *messages.ImportShardReply {
+		t.Helper()
+		r, err := sys.Root.RequestFuture(pid, m, 3*time.Second).Result()
+		if err != nil {
+			t.Fatalf("import %s@%d: %v", m.Shard, m.Epoch, err)
+		}
+		return r.(*messages.ImportShardReply)
+	}
+	for _, bad := range []*messages.ImportShard{
+		{Shard: "app/0/0", Epoch: 2, Snapshot: []byte("not a snapshot")},
+		{Shard: "app/0/0", Epoch: 3, Snapshot: snap},
+		{Shard: "other/0/0", Epoch: 2, Snapshot: snap},
+	} {
+		if r := ask(bad); r.Error.GetCode() != messages.Code_INVALID_ARGUMENT {
+			t.Errorf("import %s@%d of a mismatched snapshot: %v, want INVALID_ARGUMENT", bad.Shard, bad.Epoch, r)
+		}
+	}
+	if n := j.count(messages.RecordType_SHARD_IMPORTED); n != 0 {
+		t.Fatalf("%d SHARD_IMPORTED records after refused imports, want 0", n)
+	}
+	for i := 0; i < 2; i++ {
+		r := ask(&messages.ImportShard{Shard: "app/0/0", Epoch: 2, Snapshot: snap})
+		if r.Error != nil || r.Shard.GetEpoch() != 2 || r.Shard.GetPid() == nil {
+			t.Fatalf("import %d: %v, want the shard at epoch 2", i+1, r)
+		}
+	}
+	if n := j.count(messages.RecordType_SHARD_IMPORTED); n != 1 {
+		t.Fatalf("%d SHARD_IMPORTED records, want 1 (a repeat is answered without a second copy)", n)
+	}
+}

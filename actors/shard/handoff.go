@@ -27,8 +27,21 @@ type retryHandoff struct{}
 // HandoffRetry is how long the shell waits before retrying a failed import.
 const HandoffRetry = time.Second
 
-// handoffTimeout bounds one import request (the target persists the whole shard).
-const handoffTimeout = 10 * time.Second
+// An import request's timeout grows with the snapshot (the target checks, loads and
+// persists all of it before it answers), from handoffTimeoutMin to handoffTimeoutMax.
+// A timeout is cheap to be wrong about: the retry is answered idempotently. Being
+// long is not: a target that died with the request leaves the shard frozen (no
+// owner serving it) until the timeout ends.
+const (
+	handoffTimeoutMin     = 2 * time.Second
+	handoffTimeoutMax     = 60 * time.Second
+	handoffBytesPerSecond = 4 << 20
+)
+
+func handoffTimeout(snapshotBytes int) time.Duration {
+	d := handoffTimeoutMin + time.Duration(snapshotBytes)*time.Second/handoffBytesPerSecond
+	return min(d, handoffTimeoutMax)
+}
 
 func (a *Actor) tryHandoff() {
 	target := a.core.Handoff()
@@ -40,7 +53,7 @@ func (a *Actor) tryHandoff() {
 	snap := a.core.HandoffSnapshot()
 	name := a.core.Shard().String()
 	f := ctx.RequestFuture(actor.NewPID(target.Address, target.Id),
-		&messages.ImportShard{Shard: name, Epoch: a.core.Epoch() + 1, Snapshot: snap}, handoffTimeout)
+		&messages.ImportShard{Shard: name, Epoch: a.core.Epoch() + 1, Snapshot: snap}, handoffTimeout(len(snap)))
 	ctx.ReenterAfter(f, func(res interface{}, err error) {
 		a.ctx = ctx
 		defer func() { a.ctx = nil }()

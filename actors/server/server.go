@@ -72,6 +72,7 @@ type Actor struct {
 	recovered []Recovered
 	children  map[string]*child
 	opening   map[string]*opening // assigned here, SHARD_OPENED not durable yet
+	handedOn  map[string]int64    // shard → highest epoch handed on from here since start (the target's)
 	table     atomic.Pointer[messages.RouteTable]
 	groups    map[string]string // shard → last worker set key sent
 	mu        sync.Mutex
@@ -100,7 +101,7 @@ func New(d Deps, rec []Recovered) *Actor {
 		d.CrashAt = os.Getenv(CrashEnv)
 	}
 	return &Actor{deps: d, recovered: rec, children: map[string]*child{}, opening: map[string]*opening{},
-		groups: map[string]string{}, crashAt: d.CrashAt}
+		handedOn: map[string]int64{}, groups: map[string]string{}, crashAt: d.CrashAt}
 }
 
 // Table is the last route table pushed to this server.
@@ -139,6 +140,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 			if err := a.deps.Journal.DropStream(c.stream); err != nil {
 				a.deps.Log.Warn("drop handed-off shard's stream", "shard", m.Shard, "err", err)
 			}
+			a.handedOn[m.Shard] = max(a.handedOn[m.Shard], c.epoch+1)
 			a.crash(CrashSourceDropped)
 		}
 	case *messages.RouteTable:
@@ -266,6 +268,15 @@ func (a *Actor) importShard(ctx actor.Context, m *messages.ImportShard) *message
 		return &messages.ImportShardReply{Error: kerr.New(messages.Code_UNAVAILABLE, "",
 			"shard %s is being opened here; try again", m.Shard)}
 	}
+	if l := a.movedOn(m.Shard, m.Epoch); l != nil {
+		// A late repeat from a source that was down while this server held the shard
+		// at m.Epoch and handed it on: importing it again would bring back a stale
+		// second owner. The shard lives on (at a higher epoch, from this very copy),
+		// so the source may close its own.
+		a.deps.Log.Warn("import of a shard that has moved on since: answered without importing", "shard", m.Shard,
+			"epoch", m.Epoch, "now_epoch", l.Epoch, "now_at", l.Pid.GetAddress())
+		return &messages.ImportShardReply{Shard: l}
+	}
 	// Check and load it before it is persisted: recovery rebuilds the shard from the
 	// record alone (its name and epoch included), so a record that would not load,
 	// or would load as another shard or epoch, must never reach the journal.
@@ -300,6 +311,38 @@ func (a *Actor) importShard(ctx actor.Context, m *messages.ImportShard) *message
 	a.deps.Log.Info("imported shard", "shard", m.Shard, "epoch", m.Epoch)
 	a.crash(CrashTargetActivated)
 	return &messages.ImportShardReply{Shard: l}
+}
+
+// movedOn says whether shard has been held at epoch (or later) and moved on since,
+// as far as this server knows: it handed it on itself (since it started), or the
+// route table has a later epoch. Epochs only grow by handoffs, each from the one
+// owner of the epoch before, and the import of an epoch comes only from the owner
+// of the one before: a later epoch means this import's epoch was created and
+// handed on already, and this copy of it is stale.
+//
+// The route table is soft state (a fresh NameServer may not have the route yet),
+// so this narrows the window rather than closing it: closing it needs the journal
+// to keep the highest epoch handed on from here across DropStream and restarts.
+func (a *Actor) movedOn(shard string, epoch int64) *messages.ShardLoad {
+	if e, ok := a.handedOn[shard]; ok && e >= epoch {
+		l := &messages.ShardLoad{Shard: shard, Epoch: e}
+		if t := a.table.Load(); t != nil {
+			for _, r := range t.Routes {
+				if r.Shard == shard && r.Epoch > e {
+					l.Epoch, l.Pid = r.Epoch, r.Owner
+				}
+			}
+		}
+		return l
+	}
+	if t := a.table.Load(); t != nil {
+		for _, r := range t.Routes {
+			if r.Shard == shard && r.Epoch > epoch {
+				return &messages.ShardLoad{Shard: shard, Epoch: r.Epoch, Pid: r.Owner}
+			}
+		}
+	}
+	return nil
 }
 
 func (a *Actor) loadOf(c *child) *messages.ShardLoad {

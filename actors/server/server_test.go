@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/actors/route"
+	"github.com/kjob/kjob/actors/shard"
 	shardcore "github.com/kjob/kjob/actors/shard/core"
 	"github.com/kjob/kjob/messages"
 	"github.com/kjob/kjob/persistence"
@@ -77,6 +78,11 @@ func inbox(sys *actor.ActorSystem) (*actor.PID, chan proto.Message) {
 }
 
 func startServer(t *testing.T, j *heldJournal) (*actor.ActorSystem, *actor.PID, chan proto.Message) {
+	sys, pid, nsIn, _ := startServerNS(t, j)
+	return sys, pid, nsIn
+}
+
+func startServerNS(t *testing.T, j *heldJournal) (*actor.ActorSystem, *actor.PID, chan proto.Message, *actor.PID) {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sys := actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet })))
@@ -93,7 +99,7 @@ func startServer(t *testing.T, j *heldJournal) (*actor.ActorSystem, *actor.PID, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sys, pid, nsIn
+	return sys, pid, nsIn, ns
 }
 
 // heartbeatShards asks the server for a heartbeat and returns the shards in it.
@@ -294,5 +300,51 @@ func TestImportChecksBeforePersisting(t *testing.T) {
 	}
 	if n := j.count(messages.RecordType_SHARD_IMPORTED); n != 1 {
 		t.Fatalf("%d SHARD_IMPORTED records, want 1 (a repeat is answered without a second copy)", n)
+	}
+}
+
+// TestStaleImportAfterHandOn: a server that held a shard at epoch 2 and handed it
+// on does not take the epoch-2 import again when a source that was down sends it
+// late (it would be a second, stale owner); it answers as if done, so the source
+// closes. The same holds when the route table shows a later epoch.
+func TestStaleImportAfterHandOn(t *testing.T) {
+	j := &heldJournal{}
+	sys, pid, _, ns := startServerNS(t, j)
+	stop := make(chan struct{})
+	defer close(stop)
+	go releaseWhileWaiting(j, stop)
+	sh, _ := route.Parse("app/0/0")
+	snap := shardcore.New(shardcore.Config{Shard: sh}, time.Now().UnixMilli(), 1).HandoffSnapshot() // epoch 2
+	ask := func(m *messages.ImportShard) *messages.ImportShardReply {
+		t.Helper()
+		r, err := sys.Root.RequestFuture(pid, m, 3*time.Second).Result()
+		if err != nil {
+			t.Fatalf("import %s@%d: %v", m.Shard, m.Epoch, err)
+		}
+		return r.(*messages.ImportShardReply)
+	}
+	if r := ask(&messages.ImportShard{Shard: "app/0/0", Epoch: 2, Snapshot: snap}); r.Error != nil {
+		t.Fatalf("first import: %v", r)
+	}
+	sys.Root.Send(pid, &shard.HandedOff{Shard: "app/0/0"}) // as the shard says once its handoff to epoch 3 is done
+	r := ask(&messages.ImportShard{Shard: "app/0/0", Epoch: 2, Snapshot: snap})
+	if r.Error != nil || r.Shard.GetEpoch() != 3 {
+		t.Fatalf("late repeat of the epoch-2 import: %v, want success naming epoch 3", r)
+	}
+	if n := j.count(messages.RecordType_SHARD_IMPORTED); n != 1 {
+		t.Fatalf("%d SHARD_IMPORTED records, want 1: the late repeat must not import", n)
+	}
+	// The route table says epoch 5 lives elsewhere: an epoch-4 import is stale too.
+	other := &messages.Ref{Address: "elsewhere:1", Id: "kjob-server/shard-b/0/0"}
+	sys.Root.Send(pid, &messages.RouteTable{Version: 1, Nameserver: &messages.Ref{Address: ns.Address, Id: ns.Id},
+		Routes: []*messages.RouteEntry{{Shard: "b/0/0", App: "b", Owner: other, ServerId: "s9", Epoch: 5}}})
+	shB, _ := route.Parse("b/0/0")
+	c := shardcore.New(shardcore.Config{Shard: shB}, time.Now().UnixMilli(), 3)
+	r = ask(&messages.ImportShard{Shard: "b/0/0", Epoch: 4, Snapshot: c.HandoffSnapshot()})
+	if r.Error != nil || r.Shard.GetEpoch() != 5 || r.Shard.GetPid().GetAddress() != "elsewhere:1" {
+		t.Fatalf("import at epoch 4 of a shard routed at epoch 5: %v, want success naming the owner at 5", r)
+	}
+	if n := j.count(messages.RecordType_SHARD_IMPORTED); n != 1 {
+		t.Fatalf("%d SHARD_IMPORTED records, want 1", n)
 	}
 }

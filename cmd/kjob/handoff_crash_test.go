@@ -59,7 +59,7 @@ func TestHandoffCrash(t *testing.T) {
 	// due times, warm-ups, retries), so running them together keeps the wall time
 	// near one scenario's.
 	var wg sync.WaitGroup
-	for _, point := range server.CrashPoints() {
+	for _, point := range append(server.CrashPoints(), crashStaleSource) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -163,14 +163,16 @@ func (p *probe) move(owner, target, shard string, epoch int64) {
 		&messages.MoveShard{Shard: shard, Target: &messages.Ref{Address: target, Id: server.Name}, Epoch: epoch})
 }
 
-// ownerWatch records, from repeated direct reads, when each server served the shard.
+// ownerWatch reads the shard on each server of its chain of owners (oldest
+// first) over and over, and records an old owner answering as owner on a read sent
+// after a newer one had answered: a stale owner serving.
 type ownerWatch struct {
 	mu        sync.Mutex
-	firstNew  time.Time // when the target first answered as owner (reply received)
-	staleLate []string  // the source answering as owner on a read sent after that
+	first     map[string]time.Time // when each server first answered as owner (reply received)
+	staleLate []string
 }
 
-func (w *ownerWatch) run(ctx context.Context, p *probe, src, dst, shard, app string, id int64) {
+func (w *ownerWatch) run(ctx context.Context, p *probe, owners []string, shard, app string, id int64) {
 	tick := time.NewTicker(crashProbeEvery)
 	defer tick.Stop()
 	for {
@@ -179,19 +181,19 @@ func (w *ownerWatch) run(ctx context.Context, p *probe, src, dst, shard, app str
 			return
 		case <-tick.C:
 		}
-		sent := time.Now()
-		w.mu.Lock()
-		newSeen := !w.firstNew.IsZero() && w.firstNew.Before(sent)
-		w.mu.Unlock()
-		if p.serves(src, shard, app, id) && newSeen {
+		for i, o := range owners {
+			sent := time.Now()
+			if !p.serves(o, shard, app, id) {
+				continue
+			}
 			w.mu.Lock()
-			w.staleLate = append(w.staleLate, sent.Format("15:04:05.000"))
-			w.mu.Unlock()
-		}
-		if p.serves(dst, shard, app, id) {
-			w.mu.Lock()
-			if w.firstNew.IsZero() {
-				w.firstNew = time.Now()
+			for _, newer := range owners[i+1:] {
+				if f, ok := w.first[newer]; ok && f.Before(sent) {
+					w.staleLate = append(w.staleLate, fmt.Sprintf("%s at %s (after %s since %s)", o, sent.Format("15:04:05.000"), newer, f.Format("15:04:05.000")))
+				}
+			}
+			if _, ok := w.first[o]; !ok {
+				w.first[o] = time.Now()
 			}
 			w.mu.Unlock()
 		}
@@ -200,17 +202,31 @@ func (w *ownerWatch) run(ctx context.Context, p *probe, src, dst, shard, app str
 
 // ---------------------------------------------------------------- scenario
 
+// crashStaleSource is the scenario where the source dies at crashStaleSourcePoint
+// and stays down while its target hands the shard on to a third server; when it
+// returns, its frozen copy resends the old import to the second server, which must
+// not take it again.
+const (
+	crashStaleSource      = "stale-source-returns"
+	crashStaleSourcePoint = server.CrashSourceSnapshotSent
+)
+
 func crashScenario(t *testing.T, bin string, p *probe, point string) {
 	const app = "handoff"
 	began := time.Now()
 	at := func() string { return fmt.Sprintf("t+%.1fs", time.Since(began).Seconds()) }
 	shard := route.Root(app).String()
-	sourceSide := strings.HasPrefix(point, "source-")
-	addrs := freePorts(t, 2)
+	stale := point == crashStaleSource
+	sourceSide := strings.HasPrefix(point, "source-") || stale
+	nServers, hook := 2, point
+	if stale {
+		nServers, hook = 3, "" // the hook goes to the first owner only, once it is known
+	}
+	addrs := freePorts(t, nServers)
 	procs := map[string]*crashProc{}
 	for _, a := range addrs {
 		procs[a] = &crashProc{addr: a, data: filepath.Join(t.TempDir(), "data")}
-		procs[a].start(t, bin, addrs, point) // a source point fires only on the source, a target point only on the target
+		procs[a].start(t, bin, addrs, hook) // a source point fires only on the source, a target point only on the target
 	}
 	dump := func() {
 		for _, a := range addrs {
@@ -270,13 +286,26 @@ func crashScenario(t *testing.T, bin string, p *probe, point string) {
 		src = ownerOf(t, c, app)
 		return src != ""
 	})
-	dst := addrs[0]
-	if dst == src {
-		dst = addrs[1]
+	var others []string
+	for _, a := range addrs {
+		if a != src {
+			others = append(others, a)
+		}
+	}
+	dst := others[0]
+	owners, final, finalEpoch := []string{src, dst}, dst, int64(2)
+	if stale {
+		owners, final, finalEpoch = []string{src, dst, others[1]}, others[1], 3
 	}
 	victim := procs[dst]
 	if sourceSide {
 		victim = procs[src]
+	}
+	if stale {
+		// Give the first owner the hook: a plain crash and restart, its shard recovers.
+		victim.kill()
+		victim.start(t, bin, addrs, crashStaleSourcePoint)
+		waitUntil(t, 20*time.Second, "the first owner serving again after its restart", func() bool { return p.serves(src, shard, app, farID) })
 	}
 	t.Logf("%s %s: moving %s from %s to %s; the hook kills %s", at(), point, shard, src, dst, victim.addr)
 
@@ -304,7 +333,8 @@ func crashScenario(t *testing.T, bin string, p *probe, point string) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	var watchWG sync.WaitGroup
 	watchWG.Add(1)
-	go func() { defer watchWG.Done(); watch.run(watchCtx, p, src, dst, shard, app, farID) }()
+	watch.first = map[string]time.Time{}
+	go func() { defer watchWG.Done(); watch.run(watchCtx, p, owners, shard, app, farID) }()
 	defer func() { stopWatch(); watchWG.Wait() }()
 
 	// Phase 2: the move, and the crash at point.
@@ -315,17 +345,35 @@ func crashScenario(t *testing.T, bin string, p *probe, point string) {
 	case <-time.After(crashReachTimeout):
 		fail("%s: the process at %s was not killed within %s: the crash point was never reached", point, victim.addr, crashReachTimeout)
 	}
-	if b, _ := os.ReadFile(victim.logs[len(victim.logs)-1]); !bytes.Contains(b, []byte("crash point "+point)) {
+	if b, _ := os.ReadFile(victim.logs[len(victim.logs)-1]); !bytes.Contains(b, []byte("crash point "+hookOf(point))) {
 		fail("%s: %s exited, but not at the crash point", point, victim.addr)
+	}
+	if stale {
+		// While the first owner is down, the second hands the shard on to the third.
+		waitUntil(t, crashSettleTimeout, "the second owner serving at epoch 2", func() bool { return p.serves(dst, shard, app, farID) })
+		p.move(dst, final, shard, 2)
+		waitUntil(t, crashSettleTimeout, "the third owner serving and the second not", func() bool {
+			return p.serves(final, shard, app, farID) && !p.serves(dst, shard, app, farID)
+		})
+		t.Logf("%s %s: %s handed the shard on to %s while %s was down", at(), point, dst, final, src)
 	}
 	t.Logf("%s %s: %s killed at the crash point; restarting it", at(), point, victim.addr)
 	time.Sleep(300 * time.Millisecond)
 	victim.start(t, bin, addrs, "")
 
-	// Phase 3: one owner, the target, at epoch 2 — in fact (direct reads) and in
-	// the NameServer's picture.
+	// Phase 3: one owner, the last target, at the highest epoch — in fact (direct
+	// reads) and in the NameServer's picture.
+	serving := func() []string {
+		var out []string
+		for _, a := range addrs {
+			if p.serves(a, shard, app, farID) {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
 	settled := eventually(crashSettleTimeout, func() bool {
-		if !p.serves(dst, shard, app, farID) || p.serves(src, shard, app, farID) {
+		if s := serving(); len(s) != 1 || s[0] != final {
 			return false
 		}
 		st, err := c.Status(ctx)
@@ -346,15 +394,18 @@ func crashScenario(t *testing.T, bin string, p *probe, point string) {
 				}
 			}
 		}
-		rt := p.route(dst, app, shard)
-		return active == 1 && owner == dst && maxEpoch == 2 && rt.GetEpoch() == 2 && rt.GetOwner().GetAddress() == dst
+		rt := p.route(final, app, shard)
+		return active == 1 && owner == final && maxEpoch == finalEpoch && rt.GetEpoch() == finalEpoch && rt.GetOwner().GetAddress() == final
 	})
 	if !settled {
 		st, err := c.Status(ctx)
-		fail("%s: no single active owner of %s at epoch 2 on %s within %s: serves(dst)=%v serves(src)=%v status=%v (%v)",
-			point, shard, dst, crashSettleTimeout, p.serves(dst, shard, app, farID), p.serves(src, shard, app, farID), st, err)
+		fail("%s: no single active owner of %s at epoch %d on %s within %s: serving %v, status %v (%v)",
+			point, shard, finalEpoch, final, crashSettleTimeout, serving(), st, err)
 	}
-	t.Logf("%s %s: one active owner, %s at epoch 2", at(), point, dst)
+	t.Logf("%s %s: one active owner, %s at epoch %d", at(), point, final, finalEpoch)
+	if stale && !strings.Contains(procs[dst].logText(), "moved on since") {
+		fail("%s: the returning source's old import never reached %s (the case under test did not happen)", point, dst)
+	}
 	time.Sleep(time.Second) // the stream keeps creating against the new owner for a while
 	stopStream()
 	streamWG.Wait()
@@ -450,7 +501,7 @@ func crashScenario(t *testing.T, bin string, p *probe, point string) {
 	}
 	watch.mu.Lock()
 	if len(watch.staleLate) > 0 {
-		t.Errorf("%s: the old owner %s still served the shard after the new owner %s did (reads sent at %v)", point, src, dst, watch.staleLate)
+		t.Errorf("%s: an old owner served the shard after a newer one had: %v", point, watch.staleLate)
 	}
 	watch.mu.Unlock()
 	if t.Failed() {
@@ -472,4 +523,12 @@ func (p *probe) route(addr, app, shard string) *messages.RouteEntry {
 		}
 	}
 	return nil
+}
+
+// hookOf is the crash point a scenario's hook is set to.
+func hookOf(scenario string) string {
+	if scenario == crashStaleSource {
+		return crashStaleSourcePoint
+	}
+	return scenario
 }

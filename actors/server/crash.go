@@ -8,9 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/kjob/kjob/actors/shard"
 	"github.com/kjob/kjob/messages"
-	"github.com/kjob/kjob/persistence"
 )
 
 // Crash points: a test of real processes names one in CrashEnv, and the server
@@ -64,9 +62,8 @@ func (a *Actor) crash(point string) {
 	time.Sleep(time.Minute) // the signal is on its way; do nothing more meanwhile
 }
 
-// hookProps adds the source-side crash points to a shard's props: the journal the
-// shard writes through sees its SHARD_HANDOFF and SHARD_CLOSED records, and a
-// sender middleware sees its ImportShard.
+// hookProps adds the ImportShard crash point to a shard's props (a sender
+// middleware sees it go out); the journal steps are in shardJournal.
 func (a *Actor) hookProps(p *actor.Props) *actor.Props {
 	if a.crashAt != CrashSourceSnapshotSent {
 		return p
@@ -80,46 +77,4 @@ func (a *Actor) hookProps(p *actor.Props) *actor.Props {
 			}
 		}
 	}))
-}
-
-// shardJournal is the journal a shard actor writes through.
-func (a *Actor) shardJournal() shard.Journal {
-	if a.crashAt == "" {
-		return a.deps.Journal
-	}
-	return crashJournal{Journal: a.deps.Journal, crash: a.crash}
-}
-
-// crashJournal calls crash at the source's journal steps of a handoff.
-type crashJournal struct {
-	shard.Journal
-	crash func(point string)
-}
-
-func (j crashJournal) Append(entries []persistence.Entry, cb func(uint64, error)) (uint64, uint64, error) {
-	var handoff, closed bool
-	for _, e := range entries {
-		switch messages.RecordType(e.Type) {
-		case messages.RecordType_SHARD_HANDOFF:
-			handoff = true
-		case messages.RecordType_SHARD_CLOSED:
-			closed = true // only HandoffDone appends it: the target has confirmed
-		}
-	}
-	if closed {
-		j.crash(CrashSourceReplyReceived)
-	}
-	if handoff || closed {
-		inner := cb
-		cb = func(lsn uint64, err error) {
-			if err == nil && handoff {
-				j.crash(CrashSourceHandoffDurable) // before the shard hears it is durable
-			}
-			if err == nil && closed {
-				j.crash(CrashSourceClosedDurable)
-			}
-			inner(lsn, err)
-		}
-	}
-	return j.Journal.Append(entries, cb)
 }

@@ -366,7 +366,7 @@ func (a *Actor) unavailable(ctx actor.Context, m proto.Message) {
 // spawn starts a shard actor for core; nil when it could not (its name is still
 // taken, e.g. by a copy that is stopping).
 func (a *Actor) spawn(ctx actor.Context, core *shardcore.Core, open bool, lsn uint64) *child {
-	shell := shard.NewActor(core, a.shardJournal(), a.deps.Log)
+	shell := shard.NewActor(core, a.shardJournal(core.Frozen()), a.deps.Log)
 	shell.SetAlertHooks(a.deps.Alerts)
 	shell.SetSink(a.deps.Metrics)
 	sh := core.Shard()

@@ -20,11 +20,12 @@ import (
 
 // heldJournal is a journal whose appends become durable only when the test says so.
 type heldJournal struct {
-	mu      sync.Mutex
-	lsn     uint64
-	entries []persistence.Entry
-	held    []func(uint64, error)
-	lsns    []uint64
+	mu        sync.Mutex
+	lsn       uint64
+	entries   []persistence.Entry
+	held      []func(uint64, error)
+	lsns      []uint64
+	snapshots int
 }
 
 func (j *heldJournal) Append(entries []persistence.Entry, cb func(uint64, error)) (uint64, uint64, error) {
@@ -38,8 +39,13 @@ func (j *heldJournal) Append(entries []persistence.Entry, cb func(uint64, error)
 	return first, j.lsn, nil
 }
 
-func (j *heldJournal) WriteSnapshot(uint64, uint64, []byte) error { return nil }
-func (j *heldJournal) DropStream(uint64) error                    { return nil }
+func (j *heldJournal) WriteSnapshot(uint64, uint64, []byte) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.snapshots++
+	return nil
+}
+func (j *heldJournal) DropStream(uint64) error { return nil }
 
 // release makes every held append durable (or failed with err).
 func (j *heldJournal) release(err error) {
@@ -346,5 +352,52 @@ func TestStaleImportAfterHandOn(t *testing.T) {
 	}
 	if n := j.count(messages.RecordType_SHARD_IMPORTED); n != 1 {
 		t.Fatalf("%d SHARD_IMPORTED records, want 1", n)
+	}
+}
+
+// TestFrozenShardIsNotSnapshotted: once a shard is frozen for a handoff, a snapshot
+// request (the journal's compaction asks one of a stream that pins a segment) writes
+// nothing. A snapshot has no room for the handoff: a restart from it would bring
+// the old owner back active at the old epoch, next to the new owner.
+func TestFrozenShardIsNotSnapshotted(t *testing.T) {
+	j := &heldJournal{}
+	sys, pid, _ := startServer(t, j)
+	stop := make(chan struct{})
+	defer close(stop)
+	go releaseWhileWaiting(j, stop)
+	if r, err := sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 3*time.Second).Result(); err != nil {
+		t.Fatalf("assign: %v %v", r, err)
+	}
+	shardPID := actor.NewPID(pid.Address, pid.Id+"/"+ShardName("app/0/0"))
+	create := &messages.CreateJob{Job: &messages.Job{Id: 7, App: "app", Handler: "h",
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 3_600_000}}, RequestId: 1}
+	if r, err := sys.Root.RequestFuture(shardPID, create, 3*time.Second).Result(); err != nil || r.(*messages.JobReply).Error != nil {
+		t.Fatalf("create: %v %v", r, err)
+	}
+	snapshots := func() int {
+		// Stats is answered after the TakeSnapshot before it: the mailbox is in order.
+		sys.Root.Send(shardPID, &shard.TakeSnapshot{})
+		if _, err := sys.Root.RequestFuture(shardPID, &shard.Stats{}, 3*time.Second).Result(); err != nil {
+			t.Fatal(err)
+		}
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		return j.snapshots
+	}
+	if n := snapshots(); n != 1 {
+		t.Fatalf("%d snapshots of an active shard with a new record, want 1 (the test's premise)", n)
+	}
+	target, _ := inbox(sys) // takes the ImportShard and never answers: the shard stays frozen
+	sys.Root.Send(pid, &messages.MoveShard{Shard: "app/0/0", Epoch: 1, Target: &messages.Ref{Address: target.Address, Id: target.Id}})
+	deadline := time.Now().Add(3 * time.Second)
+	for j.count(messages.RecordType_SHARD_HANDOFF) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if j.count(messages.RecordType_SHARD_HANDOFF) != 1 {
+		t.Fatal("no SHARD_HANDOFF record after MoveShard")
+	}
+	time.Sleep(50 * time.Millisecond) // durable, so the shard is quiescent again
+	if n := snapshots(); n != 1 {
+		t.Fatalf("%d snapshots after the shard froze, want still 1", n)
 	}
 }

@@ -370,7 +370,7 @@ func TestFrozenShardIsNotSnapshotted(t *testing.T) {
 	}
 	shardPID := actor.NewPID(pid.Address, pid.Id+"/"+ShardName("app/0/0"))
 	create := &messages.CreateJob{Job: &messages.Job{Id: 7, App: "app", Handler: "h",
-		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 3_600_000}}, RequestId: 1}
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 3_600_000}}}
 	if r, err := sys.Root.RequestFuture(shardPID, create, 3*time.Second).Result(); err != nil || r.(*messages.JobReply).Error != nil {
 		t.Fatalf("create: %v %v", r, err)
 	}

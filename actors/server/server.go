@@ -61,10 +61,18 @@ type child struct {
 	shard  route.Shard
 	stream uint64
 	epoch  int64
+	frozen bool // at spawn (a recovered shard resuming its handoff)
 }
 
-// HeartbeatTick makes the server send its heartbeat.
+// HeartbeatTick makes the server send its heartbeat (and, every PullEveryTicks,
+// pull the route table).
 type HeartbeatTick struct{}
+
+// PullEveryTicks is how many heartbeats apart the server pulls the route table: a
+// pull repairs a push it missed (the NameServer pushes a change once, and does not
+// re-push a server it hears from again), which would leave its shards with a stale
+// worker list for good (the simulator's QuirkNoPull).
+const PullEveryTicks = 3
 
 // Actor is the server actor.
 type Actor struct {
@@ -77,6 +85,7 @@ type Actor struct {
 	groups    map[string]string // shard → last worker set key sent
 	mu        sync.Mutex
 	crashAt   string // crash point of a test process (crash.go); "" in production
+	ticks     int    // heartbeats sent, for PullEveryTicks
 }
 
 // opening is a shard assigned to this server whose SHARD_OPENED record is on its way
@@ -118,6 +127,10 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *HeartbeatTick:
 		if ns := a.deps.NameServer(); ns != nil {
 			ctx.Send(ns, a.heartbeat(ctx))
+			if a.ticks%PullEveryTicks == 0 {
+				ctx.Request(ns, &messages.GetRoutes{WithWorkers: true}) // answered like a push (below)
+			}
+			a.ticks++
 		}
 	case *messages.Ping:
 		ctx.Respond(&messages.Pong{ServerId: a.deps.ServerID, Address: ctx.ActorSystem().Address()})
@@ -346,7 +359,7 @@ func (a *Actor) movedOn(shard string, epoch int64) *messages.ShardLoad {
 }
 
 func (a *Actor) loadOf(c *child) *messages.ShardLoad {
-	return &messages.ShardLoad{Shard: c.shard.String(), Epoch: c.epoch, Pid: &messages.Ref{Address: c.pid.Address, Id: c.pid.Id}}
+	return &messages.ShardLoad{Shard: c.shard.String(), Epoch: c.epoch, Frozen: c.frozen, Pid: &messages.Ref{Address: c.pid.Address, Id: c.pid.Id}}
 }
 
 func (a *Actor) unavailable(ctx actor.Context, m proto.Message) {
@@ -370,7 +383,7 @@ func (a *Actor) spawn(ctx actor.Context, core *shardcore.Core, open bool, lsn ui
 	shell.SetAlertHooks(a.deps.Alerts)
 	shell.SetSink(a.deps.Metrics)
 	sh := core.Shard()
-	c := &child{shell: shell, shard: sh, stream: core.Stream(), epoch: core.Epoch()} // read before the shard runs
+	c := &child{shell: shell, shard: sh, stream: core.Stream(), epoch: core.Epoch(), frozen: core.Frozen()} // read before the shard runs
 	pid, err := ctx.SpawnNamed(a.hookProps(shell.Props(open, lsn)), ShardName(sh.String()))
 	if err != nil {
 		a.deps.Log.Error("spawn shard", "shard", sh.String(), "err", err)
@@ -390,9 +403,14 @@ func (a *Actor) heartbeat(ctx actor.Context) *messages.ServerHeartbeat {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if l := a.children[n].shell.Load(); l != nil {
-			hb.Shards = append(hb.Shards, l)
+		c := a.children[n]
+		l := c.shell.Load()
+		if l == nil {
+			// Spawned (so durable) but not started yet: report it all the same, or a
+			// heartbeat would take back the ShardOpened the NameServer just had.
+			l = a.loadOf(c)
 		}
+		hb.Shards = append(hb.Shards, l)
 	}
 	if t := a.table.Load(); t != nil {
 		hb.Known = t.Routes

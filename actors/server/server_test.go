@@ -84,11 +84,11 @@ func inbox(sys *actor.ActorSystem) (*actor.PID, chan proto.Message) {
 }
 
 func startServer(t *testing.T, j *heldJournal) (*actor.ActorSystem, *actor.PID, chan proto.Message) {
-	sys, pid, nsIn, _ := startServerNS(t, j)
+	sys, pid, nsIn, _, _ := startServerNS(t, j)
 	return sys, pid, nsIn
 }
 
-func startServerNS(t *testing.T, j *heldJournal) (*actor.ActorSystem, *actor.PID, chan proto.Message, *actor.PID) {
+func startServerNS(t *testing.T, j *heldJournal) (*actor.ActorSystem, *actor.PID, chan proto.Message, *actor.PID, *Actor) {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sys := actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet })))
@@ -105,7 +105,7 @@ func startServerNS(t *testing.T, j *heldJournal) (*actor.ActorSystem, *actor.PID
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sys, pid, nsIn, ns
+	return sys, pid, nsIn, ns, a
 }
 
 // heartbeatShards asks the server for a heartbeat and returns the shards in it.
@@ -315,7 +315,7 @@ func TestImportChecksBeforePersisting(t *testing.T) {
 // closes. The same holds when the route table shows a later epoch.
 func TestStaleImportAfterHandOn(t *testing.T) {
 	j := &heldJournal{}
-	sys, pid, _, ns := startServerNS(t, j)
+	sys, pid, _, ns, _ := startServerNS(t, j)
 	stop := make(chan struct{})
 	defer close(stop)
 	go releaseWhileWaiting(j, stop)
@@ -399,5 +399,51 @@ func TestFrozenShardIsNotSnapshotted(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // durable, so the shard is quiescent again
 	if n := snapshots(); n != 1 {
 		t.Fatalf("%d snapshots after the shard froze, want still 1", n)
+	}
+}
+
+// TestPullsTheRouteTable: every PullEveryTicks heartbeats the server pulls the whole
+// route table with workers, and takes the answer as it takes a push, so a push it
+// missed is repaired.
+func TestPullsTheRouteTable(t *testing.T) {
+	j := &heldJournal{}
+	sys, pid, nsIn, ns, a := startServerNS(t, j)
+	pulls := 0
+	for i := 0; i < 2*PullEveryTicks; i++ {
+		sys.Root.Send(pid, &HeartbeatTick{})
+	}
+	deadline := time.After(3 * time.Second)
+	for beats := 0; beats < 2*PullEveryTicks; {
+		select {
+		case m := <-nsIn:
+			switch x := m.(type) {
+			case *messages.ServerHeartbeat:
+				beats++
+			case *messages.GetRoutes:
+				if !x.WithWorkers || x.App != "" {
+					t.Fatalf("pull %v, want the whole table with workers", x)
+				}
+				pulls++
+			}
+		case <-deadline:
+			t.Fatal("heartbeats missing")
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	for len(nsIn) > 0 {
+		if _, ok := (<-nsIn).(*messages.GetRoutes); ok {
+			pulls++
+		}
+	}
+	if pulls != 2 {
+		t.Fatalf("%d pulls in %d heartbeats, want 2", pulls, 2*PullEveryTicks)
+	}
+	// The answer is taken like a push from the current NameServer.
+	sys.Root.Send(pid, &messages.RouteTable{Version: 3, Nameserver: &messages.Ref{Address: ns.Address, Id: ns.Id}})
+	if r, err := sys.Root.RequestFuture(pid, &messages.Ping{}, 3*time.Second).Result(); err != nil { // after the table, in order
+		t.Fatalf("ping: %v %v", r, err)
+	}
+	if tb := a.Table(); tb.GetVersion() != 3 {
+		t.Fatalf("table after the pull's answer: %v, want version 3", tb)
 	}
 }

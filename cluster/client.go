@@ -364,7 +364,7 @@ func (c *Client) Create(ctx context.Context, j *messages.Job) (*messages.Job, er
 		return nil, &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "params",
 			Message: fmt.Sprintf("%d bytes exceeds the limit of %d bytes", len(j.Params), maxParams)}
 	}
-	return c.jobCall(ctx, j.App, j.Id, true, &messages.CreateJob{Job: j})
+	return c.jobCall(ctx, j.App, j.Id, true, &messages.CreateJob{Job: j, RequestId: c.NewID()})
 }
 
 const maxParams = 64 << 10
@@ -376,28 +376,28 @@ func (c *Client) Get(ctx context.Context, app string, id int64) (*messages.Job, 
 
 // Delete deletes a job; after it returns the job never fires again.
 func (c *Client) Delete(ctx context.Context, app string, id int64) error {
-	_, err := c.jobCall(ctx, app, id, false, &messages.DeleteJob{App: app, Id: id})
+	_, err := c.jobCall(ctx, app, id, false, &messages.DeleteJob{App: app, Id: id, RequestId: c.NewID()})
 	return err
 }
 
 // Update replaces a job's definition (bumping its version).
 func (c *Client) Update(ctx context.Context, j *messages.Job) (*messages.Job, error) {
-	return c.jobCall(ctx, j.GetApp(), j.GetId(), false, &messages.UpdateJob{Job: j})
+	return c.jobCall(ctx, j.GetApp(), j.GetId(), false, &messages.UpdateJob{Job: j, RequestId: c.NewID()})
 }
 
 // Pause stops a job from firing until Resume.
 func (c *Client) Pause(ctx context.Context, app string, id int64) (*messages.Job, error) {
-	return c.jobCall(ctx, app, id, false, &messages.PauseJob{App: app, Id: id})
+	return c.jobCall(ctx, app, id, false, &messages.PauseJob{App: app, Id: id, RequestId: c.NewID()})
 }
 
 // Resume lets a paused job fire again (fire times passed while paused are skipped).
 func (c *Client) Resume(ctx context.Context, app string, id int64) (*messages.Job, error) {
-	return c.jobCall(ctx, app, id, false, &messages.ResumeJob{App: app, Id: id})
+	return c.jobCall(ctx, app, id, false, &messages.ResumeJob{App: app, Id: id, RequestId: c.NewID()})
 }
 
 // Trigger fires a job now; params, when non-nil, replace the job's for this run.
 func (c *Client) Trigger(ctx context.Context, app string, id int64, params []byte) (*messages.Job, error) {
-	return c.jobCall(ctx, app, id, false, &messages.TriggerJob{App: app, Id: id, Params: params, HasParams: params != nil})
+	return c.jobCall(ctx, app, id, false, &messages.TriggerJob{App: app, Id: id, Params: params, HasParams: params != nil, RequestId: c.NewID()})
 }
 
 // Runs returns a job's recent runs, newest first (runs in progress first).

@@ -102,7 +102,7 @@ func (c *Client) DeadLetter(ctx context.Context, app, runID string) (*messages.D
 // Replay takes a dead letter out of the queue and runs it again as a fresh attempt
 // through the retry ladder.
 func (c *Client) Replay(ctx context.Context, app, runID string) (*messages.DeadLetter, error) {
-	r, err := c.dlqCall(ctx, app, runID, &messages.ReplayDeadLetter{App: app, RunId: runID})
+	r, err := c.dlqCall(ctx, app, runID, &messages.ReplayDeadLetter{App: app, RunId: runID, RequestId: c.NewID()})
 	if err != nil {
 		return nil, err
 	}
@@ -112,13 +112,13 @@ func (c *Client) Replay(ctx context.Context, app, runID string) (*messages.DeadL
 // Purge deletes one dead letter, or all of an app's when runID is "".
 func (c *Client) Purge(ctx context.Context, app, runID string) (int, error) {
 	if runID != "" {
-		r, err := c.dlqCall(ctx, app, runID, &messages.PurgeDeadLetters{App: app, RunId: runID})
+		r, err := c.dlqCall(ctx, app, runID, &messages.PurgeDeadLetters{App: app, RunId: runID, RequestId: c.NewID()})
 		if err != nil {
 			return 0, err
 		}
 		return int(r.Purged), nil
 	}
-	reps, err := c.fanOut(ctx, app, &messages.PurgeDeadLetters{App: app})
+	reps, err := c.fanOut(ctx, app, &messages.PurgeDeadLetters{App: app, RequestId: c.NewID()})
 	if err != nil {
 		return 0, err
 	}

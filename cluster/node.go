@@ -159,9 +159,11 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		NewCore:    n.newCore,
 		Alerts:     cfg.AlertHooks,
 	}, recovered)
+	// The NameServer places a new app only while every configured peer reports (see
+	// nameserver/core SetMembers); a single node (no peers) is its own only member.
 	provider := newPeerProvider(self, peers, cfg.Log)
 	ccfg := pcluster.Configure(ClusterName, provider, disthash.New(), rcfg,
-		pcluster.WithKinds(pcluster.NewKind(nameserver.Kind, n.metrics.ns.props(nameserver.Props(nil)))))
+		pcluster.WithKinds(pcluster.NewKind(nameserver.Kind, n.metrics.ns.props(nameserver.Props(nil, cfg.Peers)))))
 	n.cl = pcluster.New(n.system, ccfg)
 	var startErr error
 	func() {

@@ -855,6 +855,7 @@ type Job struct {
 	Runs          int64                  `protobuf:"varint,12,opt,name=runs,proto3" json:"runs,omitempty"`                              // runs fired so far
 	LastDueMs     int64                  `protobuf:"varint,13,opt,name=last_due_ms,json=lastDueMs,proto3" json:"last_due_ms,omitempty"`
 	LastFinishMs  int64                  `protobuf:"varint,14,opt,name=last_finish_ms,json=lastFinishMs,proto3" json:"last_finish_ms,omitempty"`
+	RequestId     int64                  `protobuf:"varint,15,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // journal only: the request that made this version (0 = none)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -987,9 +988,22 @@ func (x *Job) GetLastFinishMs() int64 {
 	return 0
 }
 
+func (x *Job) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+// request_id (on every command that changes something) is the caller's idempotency key:
+// unique per logical call (the Go client uses a snowflake id) and the same on each of its
+// retries. A shard applies a request id once; a retry or a duplicate that arrives later,
+// within the shard's request window, is answered from the current state instead of being
+// applied again. 0 = no key (the command is applied each time it arrives).
 type CreateJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	RequestId     int64                  `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1029,6 +1043,13 @@ func (x *CreateJob) GetJob() *Job {
 		return x.Job
 	}
 	return nil
+}
+
+func (x *CreateJob) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
 }
 
 type GetJob struct {
@@ -1087,6 +1108,7 @@ type DeleteJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
 	Id            int64                  `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	RequestId     int64                  `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1135,9 +1157,17 @@ func (x *DeleteJob) GetId() int64 {
 	return 0
 }
 
+func (x *DeleteJob) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
 type UpdateJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	RequestId     int64                  `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1179,10 +1209,18 @@ func (x *UpdateJob) GetJob() *Job {
 	return nil
 }
 
+func (x *UpdateJob) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
 type PauseJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
 	Id            int64                  `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	RequestId     int64                  `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1231,10 +1269,18 @@ func (x *PauseJob) GetId() int64 {
 	return 0
 }
 
+func (x *PauseJob) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
 type ResumeJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
 	Id            int64                  `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	RequestId     int64                  `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1283,12 +1329,20 @@ func (x *ResumeJob) GetId() int64 {
 	return 0
 }
 
+func (x *ResumeJob) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
 type TriggerJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
 	Id            int64                  `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
 	Params        []byte                 `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
 	HasParams     bool                   `protobuf:"varint,4,opt,name=has_params,json=hasParams,proto3" json:"has_params,omitempty"`
+	RequestId     int64                  `protobuf:"varint,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1349,6 +1403,13 @@ func (x *TriggerJob) GetHasParams() bool {
 		return x.HasParams
 	}
 	return false
+}
+
+func (x *TriggerJob) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
 }
 
 type ListJobs struct {
@@ -2083,6 +2144,7 @@ type ReplayDeadLetter struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
 	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	RequestId     int64                  `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2131,10 +2193,18 @@ func (x *ReplayDeadLetter) GetRunId() string {
 	return ""
 }
 
+func (x *ReplayDeadLetter) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
 type PurgeDeadLetters struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
 	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	RequestId     int64                  `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2181,6 +2251,13 @@ func (x *PurgeDeadLetters) GetRunId() string {
 		return x.RunId
 	}
 	return ""
+}
+
+func (x *PurgeDeadLetters) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
 }
 
 type DeadLetterReply struct {
@@ -4187,6 +4264,8 @@ type JobRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	RequestId     int64                  `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	AtMs          int64                  `protobuf:"varint,4,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4235,6 +4314,20 @@ func (x *JobRef) GetRunId() string {
 	return ""
 }
 
+func (x *JobRef) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *JobRef) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
 // RunState is a run that has been dispatched and has no result yet, or one waiting
 // for its next attempt on the retry ladder.
 type RunState struct {
@@ -4257,6 +4350,7 @@ type RunState struct {
 	JobRuns       int64                  `protobuf:"varint,16,opt,name=job_runs,json=jobRuns,proto3" json:"job_runs,omitempty"`                    // with fire: the job's run count after this one
 	Handler       string                 `protobuf:"bytes,17,opt,name=handler,proto3" json:"handler,omitempty"`                                    // the handler and app, so a run outlives its job's definition
 	App           string                 `protobuf:"bytes,18,opt,name=app,proto3" json:"app,omitempty"`
+	RequestId     int64                  `protobuf:"varint,19,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // trigger or dead-letter replay: the request that started it
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4417,6 +4511,13 @@ func (x *RunState) GetApp() string {
 	return ""
 }
 
+func (x *RunState) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
 type ShardSnapshot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Meta          *ShardMeta             `protobuf:"bytes,1,opt,name=meta,proto3" json:"meta,omitempty"`
@@ -4424,6 +4525,7 @@ type ShardSnapshot struct {
 	Runs          []*RunState            `protobuf:"bytes,3,rep,name=runs,proto3" json:"runs,omitempty"`
 	Dead          []*DeadLetter          `protobuf:"bytes,4,rep,name=dead,proto3" json:"dead,omitempty"`
 	History       []*RunRecord           `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
+	Requests      []*RequestSeen         `protobuf:"bytes,6,rep,name=requests,proto3" json:"requests,omitempty"` // the request window (idempotency keys applied lately)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4493,6 +4595,74 @@ func (x *ShardSnapshot) GetHistory() []*RunRecord {
 	return nil
 }
 
+func (x *ShardSnapshot) GetRequests() []*RequestSeen {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// RequestSeen is one entry of a shard's request window.
+type RequestSeen struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     int64                  `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	JobId         int64                  `protobuf:"varint,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	AtMs          int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestSeen) Reset() {
+	*x = RequestSeen{}
+	mi := &file_kjob_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestSeen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestSeen) ProtoMessage() {}
+
+func (x *RequestSeen) ProtoReflect() protoreflect.Message {
+	mi := &file_kjob_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestSeen.ProtoReflect.Descriptor instead.
+func (*RequestSeen) Descriptor() ([]byte, []int) {
+	return file_kjob_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *RequestSeen) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *RequestSeen) GetJobId() int64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *RequestSeen) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
 var File_kjob_proto protoreflect.FileDescriptor
 
 const file_kjob_proto_rawDesc = "" +
@@ -4530,7 +4700,7 @@ const file_kjob_proto_rawDesc = "" +
 	"\amisfire\x18\x04 \x01(\x0e2\x10.kjob.v1.MisfireR\amisfire\x126\n" +
 	"\vconcurrency\x18\x05 \x01(\x0e2\x14.kjob.v1.ConcurrencyR\vconcurrency\x12$\n" +
 	"\x05route\x18\x06 \x01(\x0e2\x0e.kjob.v1.RouteR\x05route\x12\x1b\n" +
-	"\troute_key\x18\a \x01(\tR\brouteKey\"\xac\x03\n" +
+	"\troute_key\x18\a \x01(\tR\brouteKey\"\xcb\x03\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x18\n" +
@@ -4548,30 +4718,44 @@ const file_kjob_proto_rawDesc = "" +
 	"\vnext_due_ms\x18\v \x01(\x03R\tnextDueMs\x12\x12\n" +
 	"\x04runs\x18\f \x01(\x03R\x04runs\x12\x1e\n" +
 	"\vlast_due_ms\x18\r \x01(\x03R\tlastDueMs\x12$\n" +
-	"\x0elast_finish_ms\x18\x0e \x01(\x03R\flastFinishMs\"+\n" +
+	"\x0elast_finish_ms\x18\x0e \x01(\x03R\flastFinishMs\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0f \x01(\x03R\trequestId\"J\n" +
 	"\tCreateJob\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.kjob.v1.JobR\x03job\"*\n" +
+	"\x03job\x18\x01 \x01(\v2\f.kjob.v1.JobR\x03job\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\x03R\trequestId\"*\n" +
 	"\x06GetJob\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\x03R\x02id\"-\n" +
+	"\x02id\x18\x02 \x01(\x03R\x02id\"L\n" +
 	"\tDeleteJob\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\x03R\x02id\"+\n" +
+	"\x02id\x18\x02 \x01(\x03R\x02id\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\x03R\trequestId\"J\n" +
 	"\tUpdateJob\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.kjob.v1.JobR\x03job\",\n" +
+	"\x03job\x18\x01 \x01(\v2\f.kjob.v1.JobR\x03job\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\x03R\trequestId\"K\n" +
 	"\bPauseJob\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\x03R\x02id\"-\n" +
+	"\x02id\x18\x02 \x01(\x03R\x02id\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\x03R\trequestId\"L\n" +
 	"\tResumeJob\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\x03R\x02id\"e\n" +
+	"\x02id\x18\x02 \x01(\x03R\x02id\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\x03R\trequestId\"\x84\x01\n" +
 	"\n" +
 	"TriggerJob\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x03R\x02id\x12\x16\n" +
 	"\x06params\x18\x03 \x01(\fR\x06params\x12\x1d\n" +
 	"\n" +
-	"has_params\x18\x04 \x01(\bR\thasParams\"\x90\x01\n" +
+	"has_params\x18\x04 \x01(\bR\thasParams\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\x03R\trequestId\"\x90\x01\n" +
 	"\bListJobs\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12'\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x11.kjob.v1.JobStateR\x05state\x12\x18\n" +
@@ -4632,13 +4816,17 @@ const file_kjob_proto_rawDesc = "" +
 	"\x11next_after_run_id\x18\x03 \x01(\tR\x0enextAfterRunId\"8\n" +
 	"\rGetDeadLetter\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x15\n" +
-	"\x06run_id\x18\x02 \x01(\tR\x05runId\";\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\"Z\n" +
 	"\x10ReplayDeadLetter\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x15\n" +
-	"\x06run_id\x18\x02 \x01(\tR\x05runId\";\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\x03R\trequestId\"Z\n" +
 	"\x10PurgeDeadLetters\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x15\n" +
-	"\x06run_id\x18\x02 \x01(\tR\x05runId\"|\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\x03R\trequestId\"|\n" +
 	"\x0fDeadLetterReply\x12$\n" +
 	"\x05error\x18\x01 \x01(\v2\x0e.kjob.v1.ErrorR\x05error\x12+\n" +
 	"\x06letter\x18\x02 \x01(\v2\x13.kjob.v1.DeadLetterR\x06letter\x12\x16\n" +
@@ -4805,10 +4993,13 @@ const file_kjob_proto_rawDesc = "" +
 	"\tShardMeta\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12$\n" +
-	"\x06target\x18\x03 \x01(\v2\f.kjob.v1.RefR\x06target\"/\n" +
+	"\x06target\x18\x03 \x01(\v2\f.kjob.v1.RefR\x06target\"c\n" +
 	"\x06JobRef\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x15\n" +
-	"\x06run_id\x18\x02 \x01(\tR\x05runId\"\xef\x03\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\x03R\trequestId\x12\x13\n" +
+	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\"\x8e\x04\n" +
 	"\bRunState\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\x03R\x05jobId\x12\x15\n" +
@@ -4831,13 +5022,21 @@ const file_kjob_proto_rawDesc = "" +
 	"\x0fjob_next_due_ms\x18\x0f \x01(\x03R\fjobNextDueMs\x12\x19\n" +
 	"\bjob_runs\x18\x10 \x01(\x03R\ajobRuns\x12\x18\n" +
 	"\ahandler\x18\x11 \x01(\tR\ahandler\x12\x10\n" +
-	"\x03app\x18\x12 \x01(\tR\x03app\"\xd7\x01\n" +
+	"\x03app\x18\x12 \x01(\tR\x03app\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x13 \x01(\x03R\trequestId\"\x89\x02\n" +
 	"\rShardSnapshot\x12&\n" +
 	"\x04meta\x18\x01 \x01(\v2\x12.kjob.v1.ShardMetaR\x04meta\x12 \n" +
 	"\x04jobs\x18\x02 \x03(\v2\f.kjob.v1.JobR\x04jobs\x12%\n" +
 	"\x04runs\x18\x03 \x03(\v2\x11.kjob.v1.RunStateR\x04runs\x12'\n" +
 	"\x04dead\x18\x04 \x03(\v2\x13.kjob.v1.DeadLetterR\x04dead\x12,\n" +
-	"\ahistory\x18\x05 \x03(\v2\x12.kjob.v1.RunRecordR\ahistory*\xa6\x01\n" +
+	"\ahistory\x18\x05 \x03(\v2\x12.kjob.v1.RunRecordR\ahistory\x120\n" +
+	"\brequests\x18\x06 \x03(\v2\x14.kjob.v1.RequestSeenR\brequests\"X\n" +
+	"\vRequestSeen\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x03R\trequestId\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\x03R\x05jobId\x12\x13\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs*\xa6\x01\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\r\n" +
@@ -4920,7 +5119,7 @@ func file_kjob_proto_rawDescGZIP() []byte {
 }
 
 var file_kjob_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_kjob_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_kjob_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_kjob_proto_goTypes = []any{
 	(Code)(0),                  // 0: kjob.v1.Code
 	(ScheduleKind)(0),          // 1: kjob.v1.ScheduleKind
@@ -4986,6 +5185,7 @@ var file_kjob_proto_goTypes = []any{
 	(*JobRef)(nil),             // 61: kjob.v1.JobRef
 	(*RunState)(nil),           // 62: kjob.v1.RunState
 	(*ShardSnapshot)(nil),      // 63: kjob.v1.ShardSnapshot
+	(*RequestSeen)(nil),        // 64: kjob.v1.RequestSeen
 }
 var file_kjob_proto_depIdxs = []int32{
 	0,  // 0: kjob.v1.Error.code:type_name -> kjob.v1.Code
@@ -5044,11 +5244,12 @@ var file_kjob_proto_depIdxs = []int32{
 	62, // 53: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
 	26, // 54: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
 	25, // 55: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
-	56, // [56:56] is the sub-list for method output_type
-	56, // [56:56] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	64, // 56: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
+	57, // [57:57] is the sub-list for method output_type
+	57, // [57:57] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_kjob_proto_init() }
@@ -5062,7 +5263,7 @@ func file_kjob_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kjob_proto_rawDesc), len(file_kjob_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   56,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -260,6 +260,16 @@ func (c *client) nextOp() {
 			o.req = &messages.GetJob{App: app, Id: id}
 		}
 	}
+	if o.kind != opGet { // like the Go client: one request id per call, kept across its retries
+		rid, ok := c.newID()
+		if !ok {
+			c.s.after(200, c.nextOp)
+			return
+		}
+		if c.s.cfg.Quirks&QuirkNoRequestIDs == 0 {
+			setRequestID(o.req, rid)
+		}
+	}
 	o.startMs = c.s.now
 	o.deadline = c.s.now + opDeadlineMs
 	o.backoff = backoffMinMs
@@ -423,4 +433,22 @@ func (s *Sim) newJob(id int64, app string, nowMs int64) *messages.Job {
 		j.Policy = p
 	}
 	return j
+}
+
+// setRequestID stamps a command with its idempotency key.
+func setRequestID(m any, id int64) {
+	switch x := m.(type) {
+	case *messages.CreateJob:
+		x.RequestId = id
+	case *messages.UpdateJob:
+		x.RequestId = id
+	case *messages.DeleteJob:
+		x.RequestId = id
+	case *messages.PauseJob:
+		x.RequestId = id
+	case *messages.ResumeJob:
+		x.RequestId = id
+	case *messages.TriggerJob:
+		x.RequestId = id
+	}
 }

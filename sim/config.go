@@ -122,12 +122,20 @@ const (
 	// partitioned, which the NameServer does not re-send when it hears from it
 	// again) keeps stale routes and worker lists: its shards stop dispatching.
 	QuirkNoPull
+	// QuirkNoRequestIDs: clients send commands without a request id, as the Go client
+	// did before shard cores had a request window: a retried or late command is
+	// applied again (update-applied-twice, resurrected-by-late-create).
+	QuirkNoRequestIDs
+	// QuirkNoMembers: the NameServer is not told the configured servers, as before
+	// cluster.StartNode passed its peers: it places a new root shard while the app's
+	// owner is down (duplicate-placement).
+	QuirkNoMembers
 )
 
 var quirkNames = []struct {
 	name string
 	q    Quirk
-}{{"early-open", QuirkEarlyOpen}, {"no-pull", QuirkNoPull}}
+}{{"early-open", QuirkEarlyOpen}, {"no-pull", QuirkNoPull}, {"no-request-ids", QuirkNoRequestIDs}, {"no-members", QuirkNoMembers}}
 
 // ParseQuirks reads a comma-separated list of quirk names ("" or "none": none).
 func ParseQuirks(s string) (Quirk, error) {

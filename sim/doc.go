@@ -87,25 +87,21 @@
 // clock was behind, servers ignored its pushes (stale routes and worker lists, no
 // dispatch). Tables now carry the NameServer instance.
 //
-// Open (the sweep reports them as known; see knownBugs in sim_test.go):
-//   - duplicate-placement: the NameServer places a new root shard for an app when
-//     it knows no route, and its picture is "complete" two heartbeats after it
-//     starts. If the owner is down or partitioned away during that warm-up, it places
-//     a second copy at epoch 1: two owners, the acknowledged jobs of the first
-//     invisible to clients. 445 of 40 000 seeds.
-//   - resurrected-by-late-create: a CreateJob delayed past its retry (or duplicated)
-//     arrives after the job was deleted: the shard keeps no tombstone, so the job is
-//     created again and fires. 26 of 40 000 seeds.
-//   - update-applied-twice: UpdateJob is not idempotent. A retry of an update whose
-//     reply was lost is applied again: the version moves twice, and a once job is
-//     re-armed at its past due and fires a second run under the same run id, which
-//     the worker's dedupe answers with the first run's result (dead-letter-twice
-//     followed). 4238 of 40 000 seeds; noted without stopping the run.
-//   - due-fired-twice: resume or update re-arms a due that already fired (First()
-//     returns a fixed-delay start_ms even when it is past) while that due's run is in
-//     flight; runID then moves the new run's due up 1 ms, which can put it ahead of
-//     the clock (it surfaced as early-fire) and breaks the due's identity. 47 of
-//     40 000 seeds.
+// Fixed after the simulator showed them (quirks bring the first two back):
+//   - duplicate-placement: the NameServer placed a new root shard for an app when it
+//     knew no route, once its picture was "complete" two heartbeats after it started;
+//     with the owner down or cut off during that warm-up it placed a second copy at
+//     epoch 1 (445 of 40 000 seeds). A new app is now placed only while every
+//     configured server reports (nameserver/core SetMembers; QuirkNoMembers).
+//   - update-applied-twice, resurrected-by-late-create: commands had no idempotency
+//     key. A retried update moved the version twice and re-armed a once job; a late
+//     CreateJob re-created a deleted job. Commands now carry a request id and shards
+//     keep a request window (shard/core/requests.go; QuirkNoRequestIDs).
+//   - due-fired-twice: resume or update re-armed a due that already fired (First()
+//     returned a fixed-delay start_ms after the first run) while that due's run was
+//     in flight; runID then moved the new run's due up 1 ms, possibly ahead of the
+//     clock. runID now keeps the due and suffixes the id; First ignores start_ms
+//     after the first run; a running fixed-delay job waits for its finish.
 //
 // Shell behaviour of today that the simulated shells avoid (a quirk switches it
 // back on to reproduce):

@@ -226,6 +226,9 @@ func (v *server) handoffDone(m *handoffDone) {
 	delete(v.shards, m.Shard)
 	delete(v.groups, m.Shard)
 	v.droppedEpochs[h.core.Stream()] = h.core.Epoch()
+	sh := h.core.Shard()
+	v.handedTo[m.Shard] = &messages.RouteEntry{Shard: m.Shard, App: sh.App, Level: int32(sh.Level), Index: sh.Index,
+		Owner: (&server{addr: h.move.to}).shardRef(m.Shard), Epoch: m.Epoch} // no server id: any report replaces it
 	v.s.stats.MovesDone++
 	v.s.tracef("move: %s@%d dropped on %s; %s holds epoch %d", m.Shard, h.core.Epoch(), v.addr, h.move.to, m.Epoch)
 	v.s.chk.ownersChanged()

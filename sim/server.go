@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -57,8 +58,9 @@ type server struct {
 	shards        map[string]*shardHost
 	table         *messages.RouteTable
 	groups        map[string]string
-	incoming      map[string]int64 // handoffs being persisted here: shard → epoch
-	droppedEpochs map[uint64]int64 // stream → highest epoch handed on from here (recDropped)
+	incoming      map[string]int64                // handoffs being persisted here: shard → epoch
+	droppedEpochs map[uint64]int64                // stream → highest epoch handed on from here (recDropped)
+	handedTo      map[string]*messages.RouteEntry // shards handed off from here: where they went (hearsay for the NameServer)
 	crashOnAppend bool
 }
 
@@ -161,6 +163,7 @@ func (v *server) start() {
 	v.groups = map[string]string{}
 	v.incoming = map[string]int64{}
 	v.droppedEpochs = map[uint64]int64{}
+	v.handedTo = map[string]*messages.RouteEntry{}
 	v.table = nil
 	v.j = &journal{s: v.s, srv: v, d: v.disk}
 	v.s.tracef("%s: start (member %s)", v.addr, v.id)
@@ -611,9 +614,7 @@ func (v *server) heartbeat() {
 			hb.Shards = append(hb.Shards, h.load())
 		}
 	}
-	if v.table != nil {
-		hb.Known = v.table.Routes
-	}
+	hb.Known = knownRoutes(v.table, v.handedTo)
 	v.s.send(v.addr, v.ref, ns.ref, hb)
 }
 
@@ -692,6 +693,13 @@ func newNSHost(s *Sim, srv *server) *nsHost {
 	n := &nsHost{s: s, srv: srv, core: nscore.New(srv.now(), nil),
 		ref: &messages.Ref{Address: srv.addr, Id: fmt.Sprintf("%s#%d", nsActorID, s.nsGen)}} // each activation is a new actor
 	n.core.SetSelf(n.ref)
+	members := make([]string, 0, len(s.servers))
+	for _, v := range s.servers {
+		members = append(members, v.addr)
+	}
+	if s.cfg.Quirks&QuirkNoMembers == 0 {
+		n.core.SetMembers(members) // like cluster.StartNode: the configured peers
+	}
 	s.tracef("nameserver: activated on %s (fresh soft state)", srv.addr)
 	inc := srv.inc
 	s.every(heartbeatMs/2, 0, func() bool {
@@ -729,4 +737,32 @@ func (n *nsHost) handle(from *messages.Ref, m any) {
 		n.s.tracef("nameserver: %s -> %s", brief(x), brief(r))
 		n.Send(from, r)
 	}
+}
+
+// knownRoutes is a server's hearsay for the NameServer, as actors/server sends it: the
+// routes of its table, and for each shard it handed off, where it went (newer than the
+// table's entry). A fresh NameServer then knows a shard that is between owners (the
+// source dropped it, the target has not reported it yet) and does not place it anew.
+func knownRoutes(t *messages.RouteTable, handed map[string]*messages.RouteEntry) []*messages.RouteEntry {
+	var out []*messages.RouteEntry
+	seen := map[string]bool{}
+	for _, r := range t.GetRoutes() {
+		if h := handed[r.Shard]; h != nil && h.Epoch > r.Epoch {
+			out = append(out, h)
+		} else {
+			out = append(out, r)
+		}
+		seen[r.Shard] = true
+	}
+	names := make([]string, 0, len(handed))
+	for n := range handed {
+		if !seen[n] {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		out = append(out, handed[n])
+	}
+	return out
 }

@@ -35,18 +35,7 @@ const (
 // knownBugs are open bugs, outside sim/, that the simulator found: a failure with
 // one of these invariants is reported, not failed, by the sweep (TestRegressions
 // checks they still reproduce; remove an entry when its bug is fixed).
-var knownBugs = map[string]string{
-	"duplicate-placement": "NameServer places a second copy of an app's root shard when its owner is down or " +
-		"partitioned during the NameServer's warm-up (nameserver/core GetRoutes ensure)",
-	"resurrected-by-late-create": "a CreateJob delayed past its retry re-creates a job after its delete was " +
-		"acknowledged: the shard keeps no tombstones (shard/core create)",
-	"due-fired-twice": "a scheduled fire whose run id (job:due) is held by a run in flight (its due was re-armed by " +
-		"resume/update after it fired, or a trigger ran in the same millisecond) gets its due moved up by runID, " +
-		"possibly ahead of the clock (shard/core runID)",
-	"update-applied-twice": "a retried (or duplicated) UpdateJob is applied again: the version moves twice and a once " +
-		"job fires a second run under the same run id, which the worker's dedupe then answers with the old result " +
-		"(shard/core update is not idempotent)",
-}
+var knownBugs = map[string]string{} // none open: see doc.go for the ones fixed
 
 func sweepSize() int {
 	if *sweepSeeds > 0 {
@@ -196,7 +185,7 @@ func TestMutationsCaught(t *testing.T) {
 		m    shardcore.Mutations
 		want []string // the invariants that may catch it
 	}{
-		{"ack-before-durable", shardcore.Mutations{AckBeforeDurable: true}, []string{"acked-job-lost", "resurrected", "fire-after-delete"}},
+		{"ack-before-durable", shardcore.Mutations{AckBeforeDurable: true}, []string{"acked-job-lost", "resurrected", "fire-after-delete", "version-regressed"}},
 		{"skip-epoch-check", shardcore.Mutations{SkipEpochCheck: true}, []string{"epoch-fencing"}},
 		{"fire-early=1", shardcore.Mutations{FireEarlyMs: 1}, []string{"early-fire"}},
 		{"forget-retry-record", shardcore.Mutations{ForgetRetryRecord: true}, []string{"journal-mismatch"}},

@@ -26,9 +26,14 @@ type Actor struct {
 	done   chan struct{}
 }
 
-// Props returns the NameServer actor's props.
-func Props(s core.Strategy) *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return &Actor{core: core.New(time.Now().UnixMilli(), s)} })
+// Props returns the NameServer actor's props; members are the addresses of every
+// configured server (see core.SetMembers), nil when unknown.
+func Props(s core.Strategy, members []string) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		c := core.New(time.Now().UnixMilli(), s)
+		c.SetMembers(members)
+		return &Actor{core: c}
+	})
 }
 
 // Receive implements actor.Actor.

@@ -173,7 +173,7 @@ func (c *Compiled) First(nowMs, runsSoFar int64) (dueMs int64, ok bool) {
 		return c.rateWindow(due)
 	case FixedDelay:
 		due := nowMs + s.EveryMs
-		if s.StartMs != 0 {
+		if s.StartMs != 0 && runsSoFar == 0 { // the start is the first run's; later ones follow finishes
 			due = s.StartMs
 		}
 		return c.delayWindow(due)

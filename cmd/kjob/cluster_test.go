@@ -274,10 +274,20 @@ func TestThreeProcessCluster(t *testing.T) {
 			break
 		}
 	}
+	// A new app is not placed while a configured server is down: the app might live
+	// there (the NameServer's state is soft), and a second copy would be a second
+	// owner. The refusal names the server; once it is back the app is placed.
 	fresh := "fresh"
 	wf := startWorker(t, bin, fresh, others)
+	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
+	_, err = c.Create(short, &messages.Job{App: fresh, Handler: "echo", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 100}})
+	cancelShort()
+	if err == nil || !strings.Contains(err.Error(), "cannot place new app") || !strings.Contains(err.Error(), nsAddr) {
+		t.Fatalf("new app with %s down: %v; want the refusal naming it", nsAddr, err)
+	}
+	procs[nsAddr] = startServer(t, bin, nsAddr, addrs, procs[nsAddr].data)
 	id := create(fresh, 100)
-	waitUntil(t, 30*time.Second, "a new app placed by the new name server", func() bool { return wf.count(id) >= 1 })
+	waitUntil(t, 30*time.Second, "a new app placed by the new name server once every server reports", func() bool { return wf.count(id) >= 1 })
 	if liveApp != "" {
 		id := create(liveApp, 100)
 		waitUntil(t, 30*time.Second, "a job of "+liveApp+" after the name server moved", func() bool { return workers[liveApp].count(id) >= 1 })

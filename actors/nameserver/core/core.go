@@ -9,6 +9,7 @@ package core
 
 import (
 	"sort"
+	"strings"
 
 	"github.com/kjob/kjob/actors/kerr"
 	"github.com/kjob/kjob/actors/route"
@@ -83,6 +84,7 @@ type Core struct {
 	movesDone    int64
 	dirty        bool
 	workersDirty bool
+	members      []string // the configured servers' addresses (nil = not known)
 }
 
 // New starts an empty NameServer at nowMs.
@@ -98,6 +100,56 @@ func New(nowMs int64, s Strategy) *Core {
 // SetSelf names this NameServer instance (stamped on its tables, so a server can
 // tell the current NameServer's pushes from a stale instance's).
 func (c *Core) SetSelf(r *messages.Ref) { c.self = r }
+
+// SetMembers tells the core the address of every server configured in the cluster.
+// A new app's root shard is then placed only while every one of them reports: the
+// NameServer's state is soft, so an app it has no route for may live on a server that
+// is down or cut off, and placing it again would make a second owner at epoch 1 (the
+// first one's acknowledged jobs invisible). Existing apps are unaffected.
+func (c *Core) SetMembers(addrs []string) {
+	c.members = append([]string(nil), addrs...)
+	sort.Strings(c.members)
+}
+
+// missing lists the configured servers that do not report now.
+func (c *Core) missing() []string {
+	var out []string
+	for _, a := range c.members {
+		found := false
+		for _, s := range c.servers {
+			if s.alive && s.hb.GetAddress() == a {
+				found = true
+				break
+			}
+		}
+		if !found {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// reportedShard finds a shard of app that a live server reports, frozen (handing
+// off) ones included: the app exists, so it must not be placed anew.
+func (c *Core) reportedShard(app string) (shard, serverID string) {
+	ids := make([]string, 0, len(c.servers))
+	for id := range c.servers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s := c.servers[id]
+		if !s.alive {
+			continue
+		}
+		for _, l := range s.hb.GetShards() {
+			if sh, err := route.Parse(l.Shard); err == nil && sh.App == app {
+				return l.Shard, id
+			}
+		}
+	}
+	return "", ""
+}
 
 // Complete reports whether the picture is complete (warm-up over).
 func (c *Core) Complete(nowMs int64) bool { return nowMs-c.started >= WarmupMs }
@@ -115,11 +167,14 @@ func (c *Core) ServerHeartbeat(nowMs int64, hb *messages.ServerHeartbeat, env En
 	s.hb, s.lastSeen, s.alive = hb, nowMs, true
 	for _, l := range hb.Shards {
 		sh, err := route.Parse(l.Shard)
-		if err != nil || l.Frozen {
+		if err != nil {
 			continue
 		}
 		delete(c.pending, l.Shard)
 		cur := c.routes[l.Shard]
+		if l.Frozen && cur != nil {
+			continue // moving: its target reports it next; the route stays until then
+		}
 		if cur == nil || l.Epoch > cur.Epoch || (l.Epoch == cur.Epoch && !c.alive(cur.ServerId)) ||
 			(l.Epoch == cur.Epoch && cur.ServerId == hb.ServerId && refKey(cur.Owner) != refKey(l.Pid)) {
 			c.routes[l.Shard] = &messages.RouteEntry{Shard: l.Shard, App: sh.App, Level: int32(sh.Level), Index: sh.Index,
@@ -283,6 +338,16 @@ func (c *Core) GetRoutes(nowMs int64, m *messages.GetRoutes, from *messages.Ref,
 		}
 		if !t.Complete {
 			t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "name server is warming up")
+			return t
+		}
+		if miss := c.missing(); len(miss) > 0 {
+			t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "cannot place new app %q while configured server(s) %s do not report "+
+				"(an app the name server has no route for may live there; it is placed only when every server reports)",
+				m.App, strings.Join(miss, ", "))
+			return t
+		}
+		if sh, srv := c.reportedShard(m.App); sh != "" {
+			t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "app %q has no active route: its shard %s on %s is being handed off", m.App, sh, srv)
 			return t
 		}
 		root := route.Root(m.App).String()

@@ -51,6 +51,11 @@ func errorReply(m proto.Message, e *messages.Error) proto.Message {
 }
 
 func (c *Core) command(m proto.Message, nowMs int64) proto.Message {
+	c.reqID = requestID(m)
+	defer func() { c.reqID = 0 }()
+	if s, ok := c.reqs.has(c.reqID); c.reqID != 0 && ok {
+		return c.duplicate(m, s)
+	}
 	switch x := m.(type) {
 	case *messages.CreateJob:
 		j, e := c.create(x.Job, nowMs)
@@ -69,7 +74,7 @@ func (c *Core) command(m proto.Message, nowMs int64) proto.Message {
 		if e != nil {
 			return &messages.JobReply{Error: e}
 		}
-		c.emit(messages.RecordType_JOB_DELETED, &messages.JobRef{Id: x.Id})
+		c.emit(messages.RecordType_JOB_DELETED, &messages.JobRef{Id: x.Id, RequestId: c.reqID, AtMs: nowMs})
 		return &messages.JobReply{Job: j.j}
 	case *messages.PauseJob, *messages.ResumeJob:
 		return c.pauseResume(x, nowMs)
@@ -214,7 +219,7 @@ func (c *Core) create(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 		return nil, kerr.New(messages.Code_RESOURCE_EXHAUSTED, "", "shard %s holds %d jobs, the limit", c.cfg.Shard, c.cfg.MaxJobs)
 	}
 	j := &messages.Job{Id: in.Id, App: in.App, Handler: in.Handler, Params: in.Params, Schedule: in.Schedule,
-		Policy: in.Policy, State: messages.JobState_ACTIVE, Version: 1, CreatedMs: nowMs, UpdatedMs: nowMs}
+		Policy: in.Policy, State: messages.JobState_ACTIVE, Version: 1, CreatedMs: nowMs, UpdatedMs: nowMs, RequestId: c.reqID}
 	if in.State == messages.JobState_PAUSED {
 		j.State = messages.JobState_PAUSED
 	}
@@ -250,11 +255,12 @@ func (c *Core) update(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 	j.Handler, j.Params, j.Schedule, j.Policy = in.Handler, in.Params, in.Schedule, in.Policy
 	j.Version++
 	j.UpdatedMs = nowMs
+	j.RequestId = c.reqID
 	if j.State == messages.JobState_DONE {
 		j.State = messages.JobState_ACTIVE
 	}
 	j.NextDueMs = 0
-	if d, ok := sc.First(nowMs, j.Runs); ok {
+	if d, ok := sc.First(nowMs, j.Runs); ok && !waitsForFinish(j, old) {
 		j.NextDueMs = d
 	}
 	if j.Schedule.GetKind() == messages.ScheduleKind_ONCE && j.Schedule.GetAtMs() == 0 {
@@ -262,6 +268,12 @@ func (c *Core) update(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 	}
 	c.emit(messages.RecordType_JOB_PUT, j)
 	return proto.Clone(c.jobs[j.Id].j).(*messages.Job), nil
+}
+
+// waitsForFinish reports whether job j (the new definition of old) is fixed-delay
+// with a run in flight: its next due then comes from that run's finish, not now.
+func waitsForFinish(j *messages.Job, old *job) bool {
+	return j.Schedule.GetKind() == messages.ScheduleKind_FIXED_DELAY && old.running > 0
 }
 
 func (c *Core) pauseResume(m proto.Message, nowMs int64) proto.Message {
@@ -285,7 +297,7 @@ func (c *Core) pauseResume(m proto.Message, nowMs int64) proto.Message {
 	case !pause && j.State == messages.JobState_PAUSED:
 		j.State = messages.JobState_ACTIVE
 		j.NextDueMs = 0
-		if d, ok := old.sched.First(nowMs, j.Runs); ok {
+		if d, ok := old.sched.First(nowMs, j.Runs); ok && !waitsForFinish(j, old) {
 			j.NextDueMs = d
 		}
 	default:
@@ -293,6 +305,7 @@ func (c *Core) pauseResume(m proto.Message, nowMs int64) proto.Message {
 	}
 	j.Version++
 	j.UpdatedMs = nowMs
+	j.RequestId = c.reqID
 	c.emit(messages.RecordType_JOB_PUT, j)
 	return &messages.JobReply{Job: proto.Clone(c.jobs[id].j).(*messages.Job)}
 }
@@ -398,11 +411,11 @@ func (c *Core) deadLetters(m proto.Message, nowMs int64) proto.Message {
 		if d == nil {
 			return &messages.DeadLetterReply{Error: kerr.New(messages.Code_NOT_FOUND, "run_id", "no dead letter %q in shard %s (replayed or purged already?)", x.RunId, c.cfg.Shard)}
 		}
-		c.emit(messages.RecordType_DEAD_LETTER_REMOVED, &messages.JobRef{Id: d.JobId, RunId: d.RunId})
-		id, due := c.runID(d.JobId, nowMs)
+		c.emit(messages.RecordType_DEAD_LETTER_REMOVED, &messages.JobRef{Id: d.JobId, RunId: d.RunId, RequestId: c.reqID, AtMs: nowMs})
+		id, due := c.runID(d.JobId, nowMs), nowMs
 		st := &messages.RunState{RunId: id, JobId: d.JobId, DueMs: due, Attempt: 1, DispatchedMs: nowMs,
 			DeadlineMs: nowMs + c.timeout(d.JobId) + c.cfg.GraceMs, Level: -1, Params: d.Params, HasParams: true,
-			TraceId: c.traceparent(), Handler: d.Handler, App: d.App}
+			TraceId: c.traceparent(), Handler: d.Handler, App: d.App, RequestId: c.reqID}
 		c.emit(messages.RecordType_RUN_DISPATCHED, st)
 		c.dispatch(c.runs[id], nowMs)
 		return &messages.DeadLetterReply{Letter: d}
@@ -419,7 +432,7 @@ func (c *Core) deadLetters(m proto.Message, nowMs int64) proto.Message {
 		}
 		sort.Strings(ids)
 		for _, id := range ids {
-			c.emit(messages.RecordType_DEAD_LETTER_REMOVED, &messages.JobRef{RunId: id})
+			c.emit(messages.RecordType_DEAD_LETTER_REMOVED, &messages.JobRef{RunId: id, RequestId: c.reqID, AtMs: nowMs})
 			n++
 		}
 		return &messages.DeadLetterReply{Purged: n}

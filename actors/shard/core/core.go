@@ -178,6 +178,9 @@ type Core struct {
 	lateSumMs  int64
 	now        int64
 	trace      uint64
+
+	reqs  reqWindow // request ids applied lately (idempotency; requests.go)
+	reqID int64     // the request id of the command being applied (0 outside one)
 }
 
 // New makes an empty shard at epoch (recovery then replays into it).
@@ -489,8 +492,11 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		j.j = jm
 		j.sched, _ = compile(jm, jm.CreatedMs) // validated before it was journaled
 		c.setDue(j, jm.NextDueMs)
+		c.reqs.add(jm.RequestId, jm.Id, jm.UpdatedMs)
 	case messages.RecordType_JOB_DELETED:
-		id := m.(*messages.JobRef).Id
+		ref := m.(*messages.JobRef)
+		id := ref.Id
+		c.reqs.add(ref.RequestId, id, ref.AtMs)
 		if j := c.jobs[id]; j != nil {
 			if j.handle != 0 {
 				c.due.Cancel(j.handle)
@@ -512,6 +518,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 			c.bySeq[r.seq] = r
 		}
 		r.st = st
+		c.reqs.add(st.RequestId, st.JobId, st.DispatchedMs)
 		if j := c.jobs[st.JobId]; j != nil {
 			j.running++
 			if st.Fire {
@@ -547,7 +554,9 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		c.dropRun(d.RunId)
 		c.dead[d.RunId] = d
 	case messages.RecordType_DEAD_LETTER_REMOVED:
-		delete(c.dead, m.(*messages.JobRef).RunId)
+		ref := m.(*messages.JobRef)
+		delete(c.dead, ref.RunId)
+		c.reqs.add(ref.RequestId, ref.Id, ref.AtMs)
 	}
 }
 
@@ -725,13 +734,19 @@ func (c *Core) ladder(j *job) []int64 {
 	return c.cfg.DefaultLadderMs
 }
 
-func (c *Core) runID(jobID, dueMs int64) (string, int64) {
-	for {
-		id := strconv.FormatInt(jobID, 10) + ":" + strconv.FormatInt(dueMs, 10)
-		if c.runs[id] == nil {
-			return id, dueMs
+// runID names the run of job jobID due at dueMs: "job:due", and "job:due.N" when a
+// run of that name is still in flight (a trigger in the same millisecond as a fire, a
+// due re-armed by an update while its run goes on). The due itself never moves: a run
+// is never dispatched before the time it was due.
+func (c *Core) runID(jobID, dueMs int64) string {
+	base := strconv.FormatInt(jobID, 10) + ":" + strconv.FormatInt(dueMs, 10)
+	if c.runs[base] == nil {
+		return base
+	}
+	for n := 2; ; n++ {
+		if id := base + "." + strconv.Itoa(n); c.runs[id] == nil {
+			return id
 		}
-		dueMs++ // a trigger in the same millisecond as another run of the job
 	}
 }
 
@@ -758,6 +773,7 @@ func (c *Core) fire(j *job, dueMs, nowMs int64) {
 		// The previous run is still going: this fire is skipped, the schedule moves on.
 		jj := proto.Clone(j.j).(*messages.Job)
 		jj.NextDueMs = next
+		jj.RequestId = 0
 		c.emit(messages.RecordType_JOB_PUT, jj)
 		return
 	}
@@ -765,12 +781,13 @@ func (c *Core) fire(j *job, dueMs, nowMs int64) {
 }
 
 func (c *Core) startRun(j *job, dueMs, nowMs int64, fire bool, runs, next int64, params []byte, hasParams bool) {
-	id, dueMs := c.runID(j.j.Id, dueMs)
+	id := c.runID(j.j.Id, dueMs)
 	st := &messages.RunState{
 		RunId: id, JobId: j.j.Id, DueMs: dueMs, Attempt: 1, DispatchedMs: nowMs,
 		DeadlineMs: nowMs + c.timeout(j.j.Id) + c.cfg.GraceMs, Level: -1,
 		Params: params, HasParams: hasParams, TraceId: c.traceparent(), Version: j.j.Version,
 		Fire: fire, JobNextDueMs: next, JobRuns: runs, Handler: j.j.Handler, App: j.j.App,
+		RequestId: c.reqID,
 	}
 	c.emit(messages.RecordType_RUN_DISPATCHED, st)
 	c.firesTotal++
@@ -887,7 +904,10 @@ func (c *Core) finish(r *run, res *messages.RunResult, nowMs int64) {
 	}
 	ok := res.Outcome == messages.Outcome_SUCCEEDED
 	last := ok || r.st.Attempt >= c.attempts(j)
-	if j != nil && last && j.j.Schedule.GetKind() == messages.ScheduleKind_FIXED_DELAY && r.st.Fire && j.sched != nil {
+	// A fixed-delay job's next due follows the finish of its fire — or of any run
+	// when it has none (an update or resume while a run went on leaves it to the finish).
+	waits := j != nil && j.j.NextDueMs == 0 && j.j.State == messages.JobState_ACTIVE
+	if j != nil && last && j.j.Schedule.GetKind() == messages.ScheduleKind_FIXED_DELAY && (r.st.Fire || waits) && j.sched != nil {
 		rec.SetsNext = true
 		if n, okN := j.sched.AfterFinish(nowMs, j.j.Runs); okN { // the owner's clock, not the worker's (sim seed 181)
 			rec.JobNextDueMs = n
@@ -961,6 +981,7 @@ func (c *Core) misfires(nowMs int64) {
 		if len(fires) == 0 {
 			jj := proto.Clone(j.j).(*messages.Job)
 			jj.NextDueMs = next
+			jj.RequestId = 0
 			c.emit(messages.RecordType_JOB_PUT, jj)
 		}
 	}

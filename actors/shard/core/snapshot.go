@@ -39,6 +39,7 @@ func (c *Core) Snapshot() []byte {
 	for _, id := range dids {
 		s.Dead = append(s.Dead, c.dead[id])
 	}
+	s.Requests = c.reqs.entries()
 	b, err := proto.Marshal(s)
 	if err != nil {
 		panic(fmt.Sprintf("shard: marshal snapshot: %v", err))
@@ -54,6 +55,9 @@ func (c *Core) LoadSnapshot(data []byte, lsn uint64) error {
 	}
 	if s.Meta.GetEpoch() > c.epoch {
 		c.epoch = s.Meta.GetEpoch()
+	}
+	for _, r := range s.Requests { // first, oldest first: the window keeps its order
+		c.reqs.add(r.RequestId, r.JobId, r.AtMs)
 	}
 	for _, j := range s.Jobs {
 		c.apply(messages.RecordType_JOB_PUT, j)
@@ -75,6 +79,7 @@ func (c *Core) LoadSnapshot(data []byte, lsn uint64) error {
 	for _, d := range s.Dead {
 		c.dead[d.RunId] = d
 	}
+
 	c.appended, c.durable = lsn, lsn
 	return nil
 }

@@ -1,0 +1,138 @@
+package core
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kjob/kjob/messages"
+)
+
+// reply handles m at now, makes the journal durable and returns the one reply.
+func reply(t *testing.T, c *Core, e *fakeEnv, now int64, m proto.Message) *messages.JobReply {
+	t.Helper()
+	c.Handle(now, client, m, e)
+	c.Durable(e.lsn, nil, e)
+	for _, s := range e.take() {
+		if r, ok := s.m.(*messages.JobReply); ok && s.to == client {
+			return r
+		}
+		e.sent = append(e.sent, s) // keep dispatches for the caller
+	}
+	t.Fatalf("no reply to %T", m)
+	return nil
+}
+
+func TestRetriedUpdateAppliedOnce(t *testing.T) {
+	c, e := newCore(1000)
+	reply(t, c, e, 1000, &messages.CreateJob{Job: onceJob(7, 60_000), RequestId: 1})
+	up := &messages.UpdateJob{Job: onceJob(7, 30_000), RequestId: 2}
+	r1 := reply(t, c, e, 1100, up)
+	r2 := reply(t, c, e, 1500, up) // the retry of a call whose reply was lost
+	if r1.Error != nil || r2.Error != nil || r1.Job.Version != 2 || r2.Job.Version != 2 {
+		t.Fatalf("retried update: %v / %v, want version 2 both times", r1, r2)
+	}
+	if r2.Job.NextDueMs != r1.Job.NextDueMs {
+		t.Fatalf("the retry re-armed the job: due %d, then %d", r1.Job.NextDueMs, r2.Job.NextDueMs)
+	}
+	// A fresh call with the same definition is a new update.
+	if r := reply(t, c, e, 1600, &messages.UpdateJob{Job: onceJob(7, 30_000), RequestId: 3}); r.Job.Version != 3 {
+		t.Fatalf("a new request was taken for a retry: version %d", r.Job.Version)
+	}
+}
+
+func TestRetriedTriggerStartsOneRun(t *testing.T) {
+	c, e := newCore(1000)
+	reply(t, c, e, 1000, &messages.CreateJob{Job: onceJob(7, 3_600_000), RequestId: 1})
+	tr := &messages.TriggerJob{App: "app", Id: 7, RequestId: 9}
+	reply(t, c, e, 1100, tr)
+	reply(t, c, e, 1101, tr)
+	if n := c.InFlight(); n != 1 {
+		t.Fatalf("a retried trigger started %d runs, want 1", n)
+	}
+}
+
+func TestLateCreateAfterDeleteDoesNotResurrect(t *testing.T) {
+	c, e := newCore(1000)
+	cr := &messages.CreateJob{Job: onceJob(7, 60_000), RequestId: 1}
+	reply(t, c, e, 1000, cr)
+	del := &messages.DeleteJob{App: "app", Id: 7, RequestId: 2}
+	if r := reply(t, c, e, 1100, del); r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	if r := reply(t, c, e, 1200, del); r.Error != nil { // a retried delete succeeds
+		t.Fatalf("retried delete: %v", r.Error)
+	}
+	r := reply(t, c, e, 1300, cr) // the create, delivered late
+	if r.Error.GetCode() != messages.Code_NOT_FOUND || c.Jobs() != 0 {
+		t.Fatalf("late create: %v, %d jobs; want NOT_FOUND and none", r, c.Jobs())
+	}
+	// The window survives a restart: from the journal and from a snapshot.
+	for _, fromSnap := range []bool{false, true} {
+		c2 := New(Config{Shard: c.Shard()}, 2000, 1)
+		if fromSnap {
+			if err := c2.LoadSnapshot(c.Snapshot(), e.lsn); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			for _, rec := range e.log {
+				if err := c2.Replay(rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		e2 := &fakeEnv{lsn: e.lsn}
+		c2.Recovered(2000, e.lsn, e2)
+		if r := reply(t, c2, e2, 2000, cr); r.Error.GetCode() != messages.Code_NOT_FOUND || c2.Jobs() != 0 {
+			t.Fatalf("late create after restart (snapshot %v): %v", fromSnap, r)
+		}
+		if c2.RequestWindow() != c.RequestWindow() {
+			t.Fatalf("window after restart (snapshot %v): %d ids, want %d", fromSnap, c2.RequestWindow(), c.RequestWindow())
+		}
+	}
+	// A user re-creating the id with a new request is not a duplicate.
+	if r := reply(t, c, e, 1400, &messages.CreateJob{Job: onceJob(7, 60_000), RequestId: 3}); r.Error != nil || c.Jobs() != 1 {
+		t.Fatalf("re-create with a new request: %v", r)
+	}
+}
+
+func TestRequestWindowBounded(t *testing.T) {
+	var w reqWindow
+	for i := int64(1); i <= MaxRequestWindow+10; i++ {
+		w.add(i, i, 0)
+	}
+	if w.len() != MaxRequestWindow {
+		t.Fatalf("window holds %d, want the bound %d", w.len(), MaxRequestWindow)
+	}
+	if _, ok := w.has(1); ok {
+		t.Fatal("the oldest id stayed past the bound")
+	}
+	w.add(MaxRequestWindow+100, 1, RequestWindowMs+1) // time passes: everything older goes
+	if w.len() != 1 {
+		t.Fatalf("after the window's time: %d ids, want 1", w.len())
+	}
+}
+
+// TestRunIDKeepsDue: a trigger in the same millisecond as a due fire gets its own run
+// id, and neither run's due moves (a moved due could be ahead of the clock).
+func TestRunIDKeepsDue(t *testing.T) {
+	c, e := newCore(1000)
+	reply(t, c, e, 1000, &messages.CreateJob{Job: &messages.Job{Id: 7, App: "app", Handler: "h",
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 2000}}, RequestId: 1})
+	e.take()
+	c.Tick(2000, e) // the fire, due 2000
+	c.Durable(e.lsn, nil, e)
+	reply(t, c, e, 2000, &messages.TriggerJob{App: "app", Id: 7, RequestId: 2}) // a trigger in the same ms
+	ids := map[string]bool{}
+	for _, s := range e.take() {
+		if d, ok := s.m.(*messages.Dispatch); ok {
+			if d.DueMs != 2000 {
+				t.Fatalf("run %s due %d, want 2000", d.RunId, d.DueMs)
+			}
+			ids[d.RunId] = true
+		}
+	}
+	if len(ids) != 2 || c.InFlight() != 2 {
+		t.Fatalf("dispatched runs %v, in flight %d; want two runs, both due 2000", ids, c.InFlight())
+	}
+}

@@ -55,6 +55,10 @@ type NodeConfig struct {
 	AlertHooks []shard.AlertHook
 	// HTTP is the address of the admin API and /metrics ("" = none).
 	HTTP string
+	// Split sets when the NameServer (while on this node) splits a shard: more live
+	// workers per shard of an app than Workers, or more fires a minute than Fires
+	// (zero: the defaults, 500 and 300,000; negative: never).
+	Split nscore.SplitPolicy
 }
 
 // Node is a running kjob server.
@@ -163,7 +167,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	// nameserver/core SetMembers); a single node (no peers) is its own only member.
 	provider := newPeerProvider(self, peers, cfg.Log)
 	ccfg := pcluster.Configure(ClusterName, provider, disthash.New(), rcfg,
-		pcluster.WithKinds(pcluster.NewKind(nameserver.Kind, n.metrics.ns.props(nameserver.Props(nil, cfg.Peers)))))
+		pcluster.WithKinds(pcluster.NewKind(nameserver.Kind, n.metrics.ns.props(nameserver.Props(nil, cfg.Peers, cfg.Split)))))
 	n.cl = pcluster.New(n.system, ccfg)
 	var startErr error
 	func() {

@@ -121,6 +121,12 @@ func (o *nsObserver) send(next actor.SenderFunc) actor.SenderFunc {
 		switch x := env.Message.(type) {
 		case *messages.AssignShard:
 			o.decisions.WithLabelValues("place").Inc()
+		case *messages.MoveShard:
+			if x.Split {
+				o.decisions.WithLabelValues("split").Inc()
+			} else {
+				o.decisions.WithLabelValues("move").Inc()
+			}
 		case *messages.RouteTable:
 			// A push goes to server actors while handling a heartbeat, a goodbye or a
 			// tick; replies to pulls (GetRoutes, Subscribe) are not pushes.

@@ -3427,11 +3427,14 @@ func (x *AssignShard) GetEpoch() int64 {
 }
 
 // MoveShard: NameServer → the owner's server: hand the shard to target (a server actor).
+// MoveShard with split: the owner splits the shard in place into the two halves of its
+// hash range (target is its own server); each half is imported there at epoch+1.
 type MoveShard struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Shard         string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
 	Target        *Ref                   `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
 	Epoch         int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Split         bool                   `protobuf:"varint,4,opt,name=split,proto3" json:"split,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3485,6 +3488,13 @@ func (x *MoveShard) GetEpoch() int64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *MoveShard) GetSplit() bool {
+	if x != nil {
+		return x.Split
+	}
+	return false
 }
 
 // ImportShard: old owner → target server: persist and activate this shard.
@@ -3898,6 +3908,7 @@ type MoveStatus struct {
 	From          string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
 	To            string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
 	StartedMs     int64                  `protobuf:"varint,4,opt,name=started_ms,json=startedMs,proto3" json:"started_ms,omitempty"`
+	Split         bool                   `protobuf:"varint,5,opt,name=split,proto3" json:"split,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3958,6 +3969,13 @@ func (x *MoveStatus) GetStartedMs() int64 {
 		return x.StartedMs
 	}
 	return 0
+}
+
+func (x *MoveStatus) GetSplit() bool {
+	if x != nil {
+		return x.Split
+	}
+	return false
 }
 
 type AppStatus struct {
@@ -4205,6 +4223,7 @@ type ShardMeta struct {
 	Shard         string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
 	Epoch         int64                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Target        *Ref                   `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	Split         bool                   `protobuf:"varint,4,opt,name=split,proto3" json:"split,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4258,6 +4277,13 @@ func (x *ShardMeta) GetTarget() *Ref {
 		return x.Target
 	}
 	return nil
+}
+
+func (x *ShardMeta) GetSplit() bool {
+	if x != nil {
+		return x.Split
+	}
+	return false
 }
 
 type JobRef struct {
@@ -4525,7 +4551,9 @@ type ShardSnapshot struct {
 	Runs          []*RunState            `protobuf:"bytes,3,rep,name=runs,proto3" json:"runs,omitempty"`
 	Dead          []*DeadLetter          `protobuf:"bytes,4,rep,name=dead,proto3" json:"dead,omitempty"`
 	History       []*RunRecord           `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
-	Requests      []*RequestSeen         `protobuf:"bytes,6,rep,name=requests,proto3" json:"requests,omitempty"` // the request window (idempotency keys applied lately)
+	Requests      []*RequestSeen         `protobuf:"bytes,6,rep,name=requests,proto3" json:"requests,omitempty"`                                          // the request window (idempotency keys applied lately)
+	FireWindow    []int64                `protobuf:"varint,7,rep,packed,name=fire_window,json=fireWindow,proto3" json:"fire_window,omitempty"`            // fires per second, the last minute (a moved or split shard keeps its load figure)
+	FireWindowSec []int64                `protobuf:"varint,8,rep,packed,name=fire_window_sec,json=fireWindowSec,proto3" json:"fire_window_sec,omitempty"` // the second of each bucket
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4598,6 +4626,20 @@ func (x *ShardSnapshot) GetHistory() []*RunRecord {
 func (x *ShardSnapshot) GetRequests() []*RequestSeen {
 	if x != nil {
 		return x.Requests
+	}
+	return nil
+}
+
+func (x *ShardSnapshot) GetFireWindow() []int64 {
+	if x != nil {
+		return x.FireWindow
+	}
+	return nil
+}
+
+func (x *ShardSnapshot) GetFireWindowSec() []int64 {
+	if x != nil {
+		return x.FireWindowSec
 	}
 	return nil
 }
@@ -4933,11 +4975,12 @@ const file_kjob_proto_rawDesc = "" +
 	"\fwith_workers\x18\x02 \x01(\bR\vwithWorkers\"9\n" +
 	"\vAssignShard\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"]\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"s\n" +
 	"\tMoveShard\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12$\n" +
 	"\x06target\x18\x02 \x01(\v2\f.kjob.v1.RefR\x06target\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"U\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x14\n" +
+	"\x05split\x18\x04 \x01(\bR\x05split\"U\n" +
 	"\vImportShard\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x1a\n" +
@@ -4964,14 +5007,15 @@ const file_kjob_proto_rawDesc = "" +
 	"\x03cpu\x18\x04 \x01(\x01R\x03cpu\x12\x10\n" +
 	"\x03mem\x18\x05 \x01(\x01R\x03mem\x12 \n" +
 	"\flast_seen_ms\x18\x06 \x01(\x03R\n" +
-	"lastSeenMs\"e\n" +
+	"lastSeenMs\"{\n" +
 	"\n" +
 	"MoveStatus\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\tR\x02to\x12\x1d\n" +
 	"\n" +
-	"started_ms\x18\x04 \x01(\x03R\tstartedMs\"O\n" +
+	"started_ms\x18\x04 \x01(\x03R\tstartedMs\x12\x14\n" +
+	"\x05split\x18\x05 \x01(\bR\x05split\"O\n" +
 	"\tAppStatus\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x18\n" +
 	"\aworkers\x18\x02 \x01(\x05R\aworkers\x12\x16\n" +
@@ -4989,11 +5033,12 @@ const file_kjob_proto_rawDesc = "" +
 	"\x04Ping\"=\n" +
 	"\x04Pong\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"]\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"s\n" +
 	"\tShardMeta\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12$\n" +
-	"\x06target\x18\x03 \x01(\v2\f.kjob.v1.RefR\x06target\"c\n" +
+	"\x06target\x18\x03 \x01(\v2\f.kjob.v1.RefR\x06target\x12\x14\n" +
+	"\x05split\x18\x04 \x01(\bR\x05split\"c\n" +
 	"\x06JobRef\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x1d\n" +
@@ -5024,14 +5069,17 @@ const file_kjob_proto_rawDesc = "" +
 	"\ahandler\x18\x11 \x01(\tR\ahandler\x12\x10\n" +
 	"\x03app\x18\x12 \x01(\tR\x03app\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x13 \x01(\x03R\trequestId\"\x89\x02\n" +
+	"request_id\x18\x13 \x01(\x03R\trequestId\"\xd2\x02\n" +
 	"\rShardSnapshot\x12&\n" +
 	"\x04meta\x18\x01 \x01(\v2\x12.kjob.v1.ShardMetaR\x04meta\x12 \n" +
 	"\x04jobs\x18\x02 \x03(\v2\f.kjob.v1.JobR\x04jobs\x12%\n" +
 	"\x04runs\x18\x03 \x03(\v2\x11.kjob.v1.RunStateR\x04runs\x12'\n" +
 	"\x04dead\x18\x04 \x03(\v2\x13.kjob.v1.DeadLetterR\x04dead\x12,\n" +
 	"\ahistory\x18\x05 \x03(\v2\x12.kjob.v1.RunRecordR\ahistory\x120\n" +
-	"\brequests\x18\x06 \x03(\v2\x14.kjob.v1.RequestSeenR\brequests\"X\n" +
+	"\brequests\x18\x06 \x03(\v2\x14.kjob.v1.RequestSeenR\brequests\x12\x1f\n" +
+	"\vfire_window\x18\a \x03(\x03R\n" +
+	"fireWindow\x12&\n" +
+	"\x0ffire_window_sec\x18\b \x03(\x03R\rfireWindowSec\"X\n" +
 	"\vRequestSeen\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x03R\trequestId\x12\x15\n" +

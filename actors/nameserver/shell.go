@@ -27,11 +27,13 @@ type Actor struct {
 }
 
 // Props returns the NameServer actor's props; members are the addresses of every
-// configured server (see core.SetMembers), nil when unknown.
-func Props(s core.Strategy, members []string) *actor.Props {
+// configured server (see core.SetMembers), nil when unknown; split sets the split
+// thresholds (zero values: the defaults).
+func Props(s core.Strategy, members []string, split core.SplitPolicy) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		c := core.New(time.Now().UnixMilli(), s)
 		c.SetMembers(members)
+		c.SetSplit(split)
 		return &Actor{core: c}
 	})
 }

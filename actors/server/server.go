@@ -141,7 +141,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *messages.MoveShard:
 		if c := a.children[m.Shard]; c != nil && c.epoch == m.Epoch && m.Target != nil {
 			a.deps.Log.Info("handing off shard", "shard", m.Shard, "epoch", m.Epoch, "target", m.Target.Address)
-			ctx.Send(c.pid, &shard.BeginHandoff{Target: actor.NewPID(m.Target.Address, m.Target.Id)})
+			ctx.Send(c.pid, &shard.BeginHandoff{Target: actor.NewPID(m.Target.Address, m.Target.Id), Split: m.Split})
 		}
 	case *messages.ImportShard:
 		ctx.Respond(a.importShard(ctx, m))

@@ -16,8 +16,12 @@ import (
 // crash at any step retries the import (the target answers a repeat idempotently),
 // so a handoff once begun always completes and the shard has one active owner.
 
-// BeginHandoff asks the shard to hand itself to Target (a server actor).
-type BeginHandoff struct{ Target *actor.PID }
+// BeginHandoff asks the shard to hand itself to Target (a server actor), or with
+// Split to split itself into its two halves on Target (its own server).
+type BeginHandoff struct {
+	Target *actor.PID
+	Split  bool
+}
 
 // HandedOff tells the parent server that the shard's copy here is closed.
 type HandedOff struct{ Shard string }
@@ -49,15 +53,31 @@ func (a *Actor) tryHandoff() {
 		return
 	}
 	a.handoffBusy = true
-	ctx := a.ctx
-	snap := a.core.HandoffSnapshot()
+	a.importNext(a.ctx, target, a.core.HandoffImports(), 0)
+}
+
+// importNext sends imports[i] to target, then the next; after the last is confirmed
+// the copy here closes. A move has one import, a split two (its halves, to its own
+// server). Any failure retries the whole handoff later: an import already done is
+// answered idempotently.
+func (a *Actor) importNext(ctx actor.Context, target *messages.Ref, imports []*messages.ImportShard, i int) {
 	name := a.core.Shard().String()
-	f := ctx.RequestFuture(actor.NewPID(target.Address, target.Id),
-		&messages.ImportShard{Shard: name, Epoch: a.core.Epoch() + 1, Snapshot: snap}, handoffTimeout(len(snap)))
+	if i == len(imports) {
+		a.handoffBusy = false
+		a.core.HandoffDone(a)
+		if len(imports) > 1 {
+			a.log.Info("shard split", "shard", name, "into", imports[0].Shard+", "+imports[1].Shard, "epoch", imports[0].Epoch)
+		} else {
+			a.log.Info("shard handed off", "shard", name, "target", target.Address, "epoch", a.core.Epoch()+1)
+		}
+		ctx.Send(ctx.Parent(), &HandedOff{Shard: name})
+		return
+	}
+	im := imports[i]
+	f := ctx.RequestFuture(actor.NewPID(target.Address, target.Id), im, handoffTimeout(len(im.Snapshot)))
 	ctx.ReenterAfter(f, func(res interface{}, err error) {
 		a.ctx = ctx
 		defer func() { a.ctx = nil }()
-		a.handoffBusy = false
 		if err == nil {
 			if r, ok := res.(*messages.ImportShardReply); ok {
 				err = kerr.FromWire(r.Error)
@@ -66,14 +86,13 @@ func (a *Actor) tryHandoff() {
 			}
 		}
 		if err != nil {
-			a.log.Warn("shard handoff: import failed; retrying", "shard", name, "target", target.Address, "err", err)
+			a.handoffBusy = false
+			a.log.Warn("shard handoff: import failed; retrying", "shard", name, "import", im.Shard, "target", target.Address, "err", err)
 			self, sys := ctx.Self(), ctx.ActorSystem()
 			time.AfterFunc(HandoffRetry, func() { sys.Root.Send(self, &retryHandoff{}) })
 			return
 		}
-		a.core.HandoffDone(a)
-		a.log.Info("shard handed off", "shard", name, "target", target.Address, "epoch", a.core.Epoch()+1)
-		ctx.Send(ctx.Parent(), &HandedOff{Shard: name})
+		a.importNext(ctx, target, imports, i+1)
 	})
 }
 

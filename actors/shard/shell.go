@@ -129,7 +129,11 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *RetryDue:
 		a.core.RetryDue(now, m.RunID, a)
 	case *BeginHandoff:
-		a.core.BeginHandoff(&messages.Ref{Address: m.Target.Address, Id: m.Target.Id}, a)
+		if m.Split {
+			a.core.BeginSplit(&messages.Ref{Address: m.Target.Address, Id: m.Target.Id}, a)
+		} else {
+			a.core.BeginHandoff(&messages.Ref{Address: m.Target.Address, Id: m.Target.Id}, a)
+		}
 	case *retryHandoff:
 	case *Stats:
 		ctx.Respond(a.load(now))

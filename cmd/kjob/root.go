@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/actors/kerr"
+	nscore "github.com/kjob/kjob/actors/nameserver/core"
 	"github.com/kjob/kjob/actors/shard"
 	"github.com/kjob/kjob/cluster"
 	"github.com/kjob/kjob/messages"
@@ -81,6 +82,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 
 func serverCmd() *cobra.Command {
 	var listen, peers, data, syncPol, webhook, httpAddr string
+	var split nscore.SplitPolicy
 	c := &cobra.Command{
 		Use:   "server",
 		Short: "run a kjob server (a cluster node); alone it is a single embedded node",
@@ -101,7 +103,7 @@ func serverCmd() *cobra.Command {
 			}
 			cluster.RouteLibraryLogs(logger())
 			httpAddr = serverHTTP(cmd, listen, httpAddr)
-			n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, Peers: splitList(peers), DataDir: data, Sync: pol, Log: logger(), AlertHooks: hooks, HTTP: httpAddr})
+			n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, Peers: splitList(peers), DataDir: data, Sync: pol, Log: logger(), AlertHooks: hooks, HTTP: httpAddr, Split: split})
 			if err != nil {
 				return err
 			}
@@ -117,6 +119,8 @@ func serverCmd() *cobra.Command {
 	c.Flags().StringVar(&httpAddr, "http", "127.0.0.1:7080", "address of the admin API and /metrics; default: the --listen host, port + 10; \"off\" for none")
 	c.Flags().StringVar(&webhook, "dlq-webhook", "", "URL that receives a JSON POST for each new dead letter")
 	c.Flags().StringVar(&syncPol, "sync", "sync", "journal flush policy: sync (ack after msync), interval, none (tests only)")
+	c.Flags().IntVar(&split.Workers, "split-workers", nscore.DefaultSplitWorkers, "split an app's shard when the app has more live workers than this per shard (-1: never)")
+	c.Flags().Int64Var(&split.Fires, "split-fires", nscore.DefaultSplitFires, "split a shard that fires more runs than this a minute (-1: never)")
 	return c
 }
 

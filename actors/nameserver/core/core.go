@@ -8,6 +8,7 @@
 package core
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 
@@ -52,12 +53,32 @@ type move struct {
 	Move
 	epoch int64
 	atMs  int64
+	split bool // a split of the shard into its halves on its own server (From == To)
+}
+
+// Splitting: an app whose live workers exceed Workers per shard, or a shard whose
+// fires in the sliding window (a minute) exceed Fires, is split by its owner into
+// the two halves of its hash range (each half then dispatches to its own group of
+// the app's workers, by a hash of the worker id). One split or move at a time.
+const (
+	DefaultSplitWorkers = 500
+	DefaultSplitFires   = 300_000 // fires per minute of one shard (5,000/s)
+)
+
+// SplitPolicy sets the split thresholds; 0 takes the default, a negative value
+// switches that trigger off.
+type SplitPolicy struct {
+	Workers int
+	Fires   int64
 }
 
 // Rebalancing timing.
 const (
 	MoveCooldownMs = 10_000 // after a move completes, before the next decision
 	MoveTimeoutMs  = 60_000 // a move not confirmed by then is forgotten (its source keeps trying)
+	// SplitCooldownMs is the pause after a split settles. Splits cannot flap (a
+	// split is never undone), so it only lets the halves report first.
+	SplitCooldownMs = 2 * HeartbeatMs
 )
 
 type lease struct {
@@ -85,6 +106,10 @@ type Core struct {
 	dirty        bool
 	workersDirty bool
 	members      []string // the configured servers' addresses (nil = not known)
+	split        SplitPolicy
+	splitsDone   int64
+	lastSplitWhy string
+	lastSplitMs  int64
 }
 
 // New starts an empty NameServer at nowMs.
@@ -94,12 +119,27 @@ func New(nowMs int64, s Strategy) *Core {
 	}
 	return &Core{started: nowMs, strategy: s, servers: map[string]*server{}, workers: map[string]*worker{},
 		routes: map[string]*messages.RouteEntry{}, leases: map[int64]*lease{}, subs: map[string]int64{},
-		subRefs: map[string]*messages.Ref{}, pending: map[string]pendingAssign{}, moves: map[string]*move{}, version: nowMs}
+		subRefs: map[string]*messages.Ref{}, pending: map[string]pendingAssign{}, moves: map[string]*move{}, version: nowMs,
+		split: SplitPolicy{Workers: DefaultSplitWorkers, Fires: DefaultSplitFires}}
 }
 
 // SetSelf names this NameServer instance (stamped on its tables, so a server can
 // tell the current NameServer's pushes from a stale instance's).
 func (c *Core) SetSelf(r *messages.Ref) { c.self = r }
+
+// SetSplit sets the split thresholds.
+func (c *Core) SetSplit(p SplitPolicy) {
+	if p.Workers == 0 {
+		p.Workers = DefaultSplitWorkers
+	}
+	if p.Fires == 0 {
+		p.Fires = DefaultSplitFires
+	}
+	c.split = p
+}
+
+// SplitsDone is the number of shard splits completed under this NameServer.
+func (c *Core) SplitsDone() int64 { return c.splitsDone }
 
 // SetMembers tells the core the address of every server configured in the cluster.
 // A new app's root shard is then placed only while every one of them reports: the
@@ -192,7 +232,47 @@ func (c *Core) ServerHeartbeat(nowMs int64, hb *messages.ServerHeartbeat, env En
 			c.dirty = true
 		}
 	}
+	c.splitsSettled(nowMs)
+	c.prune()
 	c.flushPush(nowMs, env)
+}
+
+// splitsSettled ends each split whose two halves both report at a newer epoch.
+func (c *Core) splitsSettled(nowMs int64) {
+	for name, mv := range c.moves {
+		if !mv.split {
+			continue
+		}
+		sh, err := route.Parse(name)
+		if err != nil {
+			continue
+		}
+		lo, hi := sh.Children()
+		rl, rh := c.routes[lo.String()], c.routes[hi.String()]
+		if rl != nil && rh != nil && rl.Epoch > mv.epoch && rh.Epoch > mv.epoch {
+			delete(c.moves, name)
+			c.lastSplitMs, c.splitsDone = nowMs, c.splitsDone+1
+		}
+	}
+}
+
+// prune drops the route of a shard whose two halves are both routed: it was split,
+// and lookups go to the halves (a stale copy of it, adopted from hearsay, too).
+func (c *Core) prune() {
+	for changed := true; changed; {
+		changed = false
+		for name := range c.routes {
+			sh, err := route.Parse(name)
+			if err != nil || sh.Level >= route.MaxLevel {
+				continue
+			}
+			lo, hi := sh.Children()
+			if c.routes[lo.String()] != nil && c.routes[hi.String()] != nil {
+				delete(c.routes, name)
+				c.dirty, changed = true, true
+			}
+		}
+	}
 }
 
 func (c *Core) alive(serverID string) bool {
@@ -265,12 +345,24 @@ func (c *Core) Tick(nowMs int64, env Env) {
 // MovesDone is the number of shard moves completed under this NameServer.
 func (c *Core) MovesDone() int64 { return c.movesDone }
 
-// rebalance asks the strategy for a move once the picture is complete, no move is
+// rebalance splits a shard past a split threshold, or else asks the strategy for a
+// move, once the picture is complete, no move or split is
 // in flight and the last one settled (hysteresis: one move at a time, a cooldown
 // after it, and the strategy's own rule that a move must improve the balance).
 func (c *Core) rebalance(nowMs int64, env Env) {
+	if !c.Complete(nowMs) || len(c.moves) > 0 || nowMs-c.lastSplitMs < SplitCooldownMs {
+		return
+	}
+	if sp, why, ok := c.splitCandidate(nowMs); ok {
+		rt := c.routes[sp]
+		owner := c.servers[rt.ServerId]
+		c.moves[sp] = &move{Move: Move{Shard: sp, From: rt.ServerId, To: rt.ServerId}, epoch: rt.Epoch, atMs: nowMs, split: true}
+		c.lastSplitWhy = why
+		env.Send(owner.hb.Server, &messages.MoveShard{Shard: sp, Target: owner.hb.Server, Epoch: rt.Epoch, Split: true})
+		return
+	}
 	r, ok := c.strategy.(Rebalancer)
-	if !ok || !c.Complete(nowMs) || len(c.moves) > 0 || nowMs-c.lastMoveMs < MoveCooldownMs {
+	if !ok || nowMs-c.lastMoveMs < MoveCooldownMs {
 		return
 	}
 	mv, ok := r.Rebalance(c.loads(nowMs), nil)
@@ -284,6 +376,72 @@ func (c *Core) rebalance(nowMs int64, env Env) {
 	}
 	c.moves[mv.Shard] = &move{Move: mv, epoch: rt.Epoch, atMs: nowMs}
 	env.Send(from.hb.Server, &messages.MoveShard{Shard: mv.Shard, Target: to.hb.Server, Epoch: rt.Epoch})
+}
+
+// LastSplitReason says why the last split was decided ("" before the first).
+func (c *Core) LastSplitReason() string { return c.lastSplitWhy }
+
+// splitCandidate picks a shard to split: of an app with more live workers than
+// Workers per shard, its widest shard (the one with the most of the hash range);
+// else the shard with the most fires in the window above Fires. The shard's owner
+// must be alive and report it active (not frozen) at the route's epoch.
+func (c *Core) splitCandidate(nowMs int64) (shard, why string, ok bool) {
+	active := map[string]*messages.ShardLoad{}
+	for id, s := range c.servers {
+		if !s.alive {
+			continue
+		}
+		for _, l := range s.hb.GetShards() {
+			if rt := c.routes[l.Shard]; rt != nil && rt.ServerId == id && rt.Epoch == l.Epoch && !l.Frozen {
+				active[l.Shard] = l
+			}
+		}
+	}
+	names := make([]string, 0, len(c.routes))
+	for n := range c.routes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if c.split.Workers > 0 {
+		workers := map[string]int{}
+		for _, w := range c.workers {
+			workers[w.info.App]++
+		}
+		shards := map[string]int{}
+		for _, n := range names {
+			shards[c.routes[n].App]++
+		}
+		best := ""
+		for _, n := range names {
+			rt := c.routes[n]
+			if active[n] == nil || int(rt.Level) >= route.MaxLevel || workers[rt.App] <= c.split.Workers*shards[rt.App] {
+				continue
+			}
+			if best == "" || rt.Level < c.routes[best].Level {
+				best = n
+			}
+		}
+		if best != "" {
+			rt := c.routes[best]
+			return best, fmt.Sprintf("app %s has %d live workers, over %d per shard across %d shards", rt.App, workers[rt.App], c.split.Workers, shards[rt.App]), true
+		}
+	}
+	if c.split.Fires > 0 {
+		best := ""
+		for _, n := range names {
+			l := active[n]
+			if l == nil || int(c.routes[n].Level) >= route.MaxLevel || l.FiresWindow <= c.split.Fires {
+				continue
+			}
+			if best == "" || l.FiresWindow > active[best].FiresWindow {
+				best = n
+			}
+		}
+		if best != "" {
+			return best, fmt.Sprintf("shard %s fired %d runs in the last minute, over %d", best, active[best].FiresWindow, c.split.Fires), true
+		}
+	}
+	return "", "", false
 }
 
 // Table returns the route table (for app, or all when app is ""), optionally with workers.
@@ -478,7 +636,7 @@ func (c *Core) Status(nowMs int64) *messages.ClusterStatusReply {
 	sort.Strings(mvs)
 	for _, sh := range mvs {
 		mv := c.moves[sh]
-		out.Moves = append(out.Moves, &messages.MoveStatus{Shard: sh, From: mv.From, To: mv.To, StartedMs: mv.atMs})
+		out.Moves = append(out.Moves, &messages.MoveStatus{Shard: sh, From: mv.From, To: mv.To, StartedMs: mv.atMs, Split: mv.split})
 	}
 	return out
 }

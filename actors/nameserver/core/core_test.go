@@ -58,3 +58,84 @@ func TestFrozenShardIsNotPlacedAgain(t *testing.T) {
 		t.Fatalf("frozen shard: %d assigns, routes %v", env.assigns(), tb.Routes)
 	}
 }
+
+func load(shard string, epoch, fires int64, addr string) *messages.ShardLoad {
+	return &messages.ShardLoad{Shard: shard, Epoch: epoch, FiresWindow: fires, Pid: &messages.Ref{Address: addr, Id: "shard-" + shard}}
+}
+
+func moves(env *sendLog) []*messages.MoveShard {
+	var out []*messages.MoveShard
+	for _, m := range env.sent {
+		if mv, ok := m.(*messages.MoveShard); ok {
+			out = append(out, mv)
+		}
+	}
+	return out
+}
+
+// A shard over the fire threshold is split by its owner; once both halves report,
+// the parent's route goes, lookups go to the halves, and the split is done.
+func TestSplitByFires(t *testing.T) {
+	env := &sendLog{}
+	c := New(0, nil)
+	c.SetSplit(SplitPolicy{Fires: 1000, Workers: -1})
+	c.ServerHeartbeat(0, hb("a:1", load("hot/0/0", 1, 5000, "a:1"), load("cold/0/0", 1, 10, "a:1")), env)
+	now := int64(MoveCooldownMs + 1)
+	c.ServerHeartbeat(now, hb("a:1", load("hot/0/0", 1, 5000, "a:1"), load("cold/0/0", 1, 10, "a:1")), env)
+	c.Tick(now, env)
+	mv := moves(env)
+	if len(mv) != 1 || !mv[0].Split || mv[0].Shard != "hot/0/0" || mv[0].Target.GetAddress() != "a:1" {
+		t.Fatalf("moves %v, want one split of hot/0/0 at its owner", mv)
+	}
+	c.Tick(now+1, env) // one at a time
+	if len(moves(env)) != 1 {
+		t.Fatal("a second decision while the split is in flight")
+	}
+	if st := c.Status(now); len(st.Moves) != 1 || !st.Moves[0].Split {
+		t.Fatalf("status moves %v", st.Moves)
+	}
+	// One half reports: the parent stays routed (the other half's jobs still go there).
+	c.ServerHeartbeat(now+100, hb("a:1", load("hot/1/0", 2, 2500, "a:1"), load("cold/0/0", 1, 10, "a:1")), env)
+	if c.routes["hot/0/0"] == nil {
+		t.Fatal("parent route dropped with one half reported")
+	}
+	c.ServerHeartbeat(now+200, hb("a:1", load("hot/1/0", 2, 2500, "a:1"), load("hot/1/1", 2, 2500, "a:1"), load("cold/0/0", 1, 10, "a:1")), env)
+	if c.routes["hot/0/0"] != nil || c.routes["hot/1/0"] == nil || c.routes["hot/1/1"] == nil {
+		t.Fatalf("routes after both halves: %v", c.Table("hot", false).Routes)
+	}
+	if c.SplitsDone() != 1 || len(c.moves) != 0 {
+		t.Fatalf("splits done %d, in flight %d", c.SplitsDone(), len(c.moves))
+	}
+	// Each half is over the threshold too: after the cooldown they split on.
+	later := now + 200 + SplitCooldownMs
+	c.ServerHeartbeat(later, hb("a:1", load("hot/1/0", 2, 2500, "a:1"), load("hot/1/1", 2, 2500, "a:1"), load("cold/0/0", 1, 10, "a:1")), env)
+	c.Tick(later, env)
+	if mv := moves(env); len(mv) != 2 || mv[1].Shard != "hot/1/0" {
+		t.Fatalf("moves %v, want the next split of hot/1/0", mv)
+	}
+}
+
+// An app with more live workers than the threshold per shard splits its widest shard.
+func TestSplitByWorkers(t *testing.T) {
+	env := &sendLog{}
+	c := New(0, nil)
+	c.SetSplit(SplitPolicy{Workers: 3, Fires: -1})
+	now := int64(MoveCooldownMs + 1)
+	c.ServerHeartbeat(now, hb("a:1", load("app/0/0", 1, 0, "a:1")), env)
+	for i := 0; i < 3; i++ {
+		c.WorkerHeartbeat(now, &messages.WorkerHeartbeat{Worker: &messages.WorkerInfo{WorkerId: string(rune('a' + i)), App: "app", Ref: &messages.Ref{Address: "w", Id: string(rune('a' + i))}}}, env)
+	}
+	c.Tick(now, env)
+	if len(moves(env)) != 0 {
+		t.Fatal("split at the threshold (3 workers, 3 per shard)")
+	}
+	c.WorkerHeartbeat(now, &messages.WorkerHeartbeat{Worker: &messages.WorkerInfo{WorkerId: "d", App: "app", Ref: &messages.Ref{Address: "w", Id: "d"}}}, env)
+	c.ServerHeartbeat(now, hb("a:1", load("app/0/0", 1, 0, "a:1")), env)
+	c.Tick(now+1, env)
+	if mv := moves(env); len(mv) != 1 || !mv[0].Split || mv[0].Shard != "app/0/0" {
+		t.Fatalf("moves %v, want a split of app/0/0", mv)
+	}
+	if !strings.Contains(c.LastSplitReason(), "4 live workers") {
+		t.Fatalf("reason %q", c.LastSplitReason())
+	}
+}

@@ -163,6 +163,7 @@ type Core struct {
 	rng       *rand.Rand
 	live      bool          // opened or recovered: until then inputs only build state
 	handoff   *messages.Ref // the server this shard is being handed to (frozen meanwhile)
+	split     bool          // the handoff is a split into the two halves (at handoff, its own server)
 	closed    bool          // handed off: the shard is gone from here
 	ladderOps []ladderOp
 	pending   []persistence.Entry
@@ -478,10 +479,15 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		c.closed = true
 	case messages.RecordType_SHARD_HANDOFF:
 		meta := m.(*messages.ShardMeta)
-		c.handoff = meta.Target
-		e := kerr.New(messages.Code_NOT_OWNER, "", "shard %s is moving to %s", c.cfg.Shard, meta.Target.GetAddress())
-		e.Hint, e.HintEpoch = meta.Target, c.epoch+1
-		c.frozen = e
+		c.handoff, c.split = meta.Target, meta.Split
+		if meta.Split {
+			lo, hi := c.cfg.Shard.Children()
+			c.frozen = kerr.New(messages.Code_NOT_OWNER, "", "shard %s is splitting into %s and %s", c.cfg.Shard, lo, hi)
+		} else {
+			e := kerr.New(messages.Code_NOT_OWNER, "", "shard %s is moving to %s", c.cfg.Shard, meta.Target.GetAddress())
+			e.Hint, e.HintEpoch = meta.Target, c.epoch+1
+			c.frozen = e
+		}
 	case messages.RecordType_JOB_PUT:
 		jm := m.(*messages.Job)
 		j := c.jobs[jm.Id]
@@ -647,6 +653,45 @@ func (c *Core) Handoff() *messages.Ref {
 
 // Closed reports whether the shard was handed off.
 func (c *Core) Closed() bool { return c.closed }
+
+// BeginSplit journals that the shard splits into the two halves of its hash range on
+// its own server (self, the server actor): a handoff whose target imports two
+// shards instead of one. It freezes the shard like a handoff.
+func (c *Core) BeginSplit(self *messages.Ref, env Env) {
+	if c.handoff != nil || c.closed || c.failed != nil || c.cfg.Shard.Level >= route.MaxLevel {
+		return
+	}
+	c.emit(messages.RecordType_SHARD_HANDOFF, &messages.ShardMeta{Shard: c.cfg.Shard.String(), Epoch: c.epoch, Target: self, Split: true})
+	c.flush(env)
+}
+
+// Splitting reports whether the handoff in progress is a split.
+func (c *Core) Splitting() bool { return c.handoff != nil && c.split && !c.closed }
+
+// HandoffImports are what the target must persist and activate for the handoff in
+// progress: the whole shard at epoch+1, or for a split each half (its jobs, runs,
+// dead letters, request ids and share of the load) as a shard of its own at epoch+1.
+// Take them once Quiescent.
+func (c *Core) HandoffImports() []*messages.ImportShard {
+	if !c.Splitting() {
+		return []*messages.ImportShard{{Shard: c.cfg.Shard.String(), Epoch: c.epoch + 1, Snapshot: c.HandoffSnapshot()}}
+	}
+	lo, hi := c.cfg.Shard.Children()
+	var nLo int
+	for id := range c.jobs {
+		if lo.ContainsJob(id) {
+			nLo++
+		}
+	}
+	share := 0.5
+	if len(c.jobs) > 0 {
+		share = float64(nLo) / float64(len(c.jobs))
+	}
+	return []*messages.ImportShard{
+		{Shard: lo.String(), Epoch: c.epoch + 1, Snapshot: c.snapshotOf(lo, c.epoch+1, lo.ContainsJob, share)},
+		{Shard: hi.String(), Epoch: c.epoch + 1, Snapshot: c.snapshotOf(hi, c.epoch+1, hi.ContainsJob, 1-share)},
+	}
+}
 
 // HandoffSnapshot is the whole shard at epoch+1, for the target to persist. Take it
 // only when Quiescent (it then holds everything this owner ever acknowledged).

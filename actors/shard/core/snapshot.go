@@ -6,16 +6,27 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/messages"
 )
 
 // Snapshot encodes the whole shard state. Take it only when Quiescent, and store it
 // at AppliedLSN: it then covers exactly the durable journal.
 func (c *Core) Snapshot() []byte {
-	s := &messages.ShardSnapshot{Meta: &messages.ShardMeta{Shard: c.cfg.Shard.String(), Epoch: c.epoch}}
+	return c.snapshotOf(c.cfg.Shard, c.epoch, nil, 1)
+}
+
+// snapshotOf encodes the part of the state that belongs to shard sh (keep reports
+// whether a job id does; nil keeps everything) as sh's snapshot at epoch. share
+// scales the fire-window figure (a split half takes its share of the load).
+func (c *Core) snapshotOf(sh route.Shard, epoch int64, keep func(int64) bool, share float64) []byte {
+	in := func(id int64) bool { return keep == nil || keep(id) }
+	s := &messages.ShardSnapshot{Meta: &messages.ShardMeta{Shard: sh.String(), Epoch: epoch}}
 	ids := make([]int64, 0, len(c.jobs))
 	for id := range c.jobs {
-		ids = append(ids, id)
+		if in(id) {
+			ids = append(ids, id)
+		}
 	}
 	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
 	for _, id := range ids {
@@ -24,22 +35,34 @@ func (c *Core) Snapshot() []byte {
 		s.History = append(s.History, j.history...)
 	}
 	seqs := make([]uint64, 0, len(c.bySeq))
-	for seq := range c.bySeq {
-		seqs = append(seqs, seq)
+	for seq, r := range c.bySeq {
+		if in(r.st.JobId) {
+			seqs = append(seqs, seq)
+		}
 	}
 	sort.Slice(seqs, func(a, b int) bool { return seqs[a] < seqs[b] })
 	for _, seq := range seqs {
 		s.Runs = append(s.Runs, c.bySeq[seq].st)
 	}
 	dids := make([]string, 0, len(c.dead))
-	for id := range c.dead {
-		dids = append(dids, id)
+	for id, d := range c.dead {
+		if in(d.JobId) {
+			dids = append(dids, id)
+		}
 	}
 	sort.Strings(dids)
 	for _, id := range dids {
 		s.Dead = append(s.Dead, c.dead[id])
 	}
-	s.Requests = c.reqs.entries()
+	for _, r := range c.reqs.entries() {
+		if in(r.JobId) {
+			s.Requests = append(s.Requests, r)
+		}
+	}
+	for i := range c.fireWin {
+		s.FireWindow = append(s.FireWindow, int64(float64(c.fireWin[i])*share+0.5))
+		s.FireWindowSec = append(s.FireWindowSec, c.fireWinSec[i])
+	}
 	b, err := proto.Marshal(s)
 	if err != nil {
 		panic(fmt.Sprintf("shard: marshal snapshot: %v", err))
@@ -78,6 +101,10 @@ func (c *Core) LoadSnapshot(data []byte, lsn uint64) error {
 	}
 	for _, d := range s.Dead {
 		c.dead[d.RunId] = d
+	}
+	if len(s.FireWindow) == len(c.fireWin) && len(s.FireWindowSec) == len(c.fireWin) {
+		copy(c.fireWin[:], s.FireWindow)
+		copy(c.fireWinSec[:], s.FireWindowSec)
 	}
 
 	c.appended, c.durable = lsn, lsn

@@ -252,18 +252,10 @@ func TestHandoffOfALargeShard(t *testing.T) {
 // result reach the new owner instead of the old one, or the new owner times the
 // run out as LOST and the retry executes the job again.
 //
-// Known bug, fix outside this package's files (actors/worker): core.Dispatch answers
-// a dispatch of a run it is still executing with Duplicate and keeps the first
-// dispatch (its reply_to and epoch); the shell then sends the result to the old
-// owner, which is frozen or gone. Observed: every run recorded "no result within
-// 11000 ms" (LOST) by the new owner, then executed again as attempt 2. Fix: on
-// Duplicate, when d.Epoch is newer, keep d as the entry's dispatch; and on
-// finished, send the result to the entry's current dispatch (its ReplyTo, Epoch,
-// Shard), not the one captured when the run started (shell.go, case *finished).
+// Found here, fixed in actors/worker: a re-dispatch by a newer owner of a run still
+// executing was dropped as a duplicate, and the result went to the old owner (every
+// run LOST, then executed again as attempt 2).
 func TestHandoffWhileRunsAreRunning(t *testing.T) {
-	if os.Getenv("KJOB_TEST_KNOWN_BUGS") == "" {
-		t.Skip("KNOWN BUG (see the comment): a run executing across a handoff is executed twice; set KJOB_TEST_KNOWN_BUGS=1 to run")
-	}
 	addrs := freeAddrs(t, 2)
 	nodes := map[string]*cluster.Node{}
 	for _, a := range addrs {

@@ -94,6 +94,10 @@ func (a *Actor) Receive(ctx actor.Context) {
 				Error: fmt.Sprintf("worker %s queue is full (%d queued)", a.id, a.core.Capacity()*core.QueuePerSlot)})
 		}
 	case *finished:
+		if d := a.core.Latest(m.res.RunId, m.res.Attempt); d != nil && d.Epoch > m.res.Epoch {
+			// The shard moved while the handler ran: report to its new owner.
+			m.res.Epoch, m.res.Shard, m.to = d.Epoch, d.Shard, d.ReplyTo
+		}
 		if next := a.core.Finished(time.Now().UnixMilli(), m.res); next != nil {
 			a.start(next)
 		}

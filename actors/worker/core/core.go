@@ -73,6 +73,9 @@ func (c *Core) Dispatch(d *messages.Dispatch) (Action, *messages.RunResult) {
 	k := key{d.RunId, d.Attempt}
 	if e := c.seen[k]; e != nil {
 		if e.result == nil {
+			if d.Epoch > e.d.Epoch {
+				e.d = d // a new owner (a handoff) asks for a run still going: answer it there
+			}
 			return Duplicate, nil
 		}
 		r := proto.Clone(e.result).(*messages.RunResult)
@@ -92,6 +95,15 @@ func (c *Core) Dispatch(d *messages.Dispatch) (Action, *messages.RunResult) {
 	c.seen[k] = &entry{d: d}
 	c.queue = append(c.queue, d)
 	return Queued, nil
+}
+
+// Latest is the dispatch of run/attempt to answer: the one from the newest owner
+// that asked for it (nil when unknown).
+func (c *Core) Latest(runID string, attempt int32) *messages.Dispatch {
+	if e := c.seen[key{runID, attempt}]; e != nil {
+		return e.d
+	}
+	return nil
 }
 
 // Finished records a run's result and returns the next queued dispatch to start.

@@ -70,7 +70,7 @@ func newSystem(log *slog.Logger, listen string, level slog.Level) (*actor.ActorS
 		return nil, nil, err
 	}
 	sys := actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(actorLogger(log, level))))
-	r := remote.NewRemote(sys, remote.Configure(host, port))
+	r := remote.NewRemote(sys, remoteConfig(host, port))
 	var startErr error
 	func() {
 		defer func() {

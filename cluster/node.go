@@ -23,7 +23,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
-	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/actors/nameserver"
@@ -151,7 +150,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}
 
 	n.system = actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(actorLogger(cfg.Log, cfg.ActorLogLevel))))
-	rcfg := remote.Configure(host, port)
+	rcfg := remoteConfig(host, port)
 	peers := cfg.Peers
 	if len(peers) == 0 {
 		peers = []string{cfg.Listen}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -115,16 +116,28 @@ func clusterCmd() *cobra.Command {
 				}
 				fmt.Printf("nameserver %s  route version %d  complete %v\n", s.Nameserver, s.RouteVersion, s.Complete)
 				for _, sv := range s.Servers {
-					fmt.Printf("server %s %s cpu=%.2f mem=%.2f\n", sv.ServerId, sv.Address, sv.Cpu, sv.Mem)
+					var fires int64
 					for _, sh := range sv.Shards {
-						fmt.Printf("  shard %s epoch=%d pending=%d fires_window=%d fires_total=%d\n", sh.Shard, sh.Epoch, sh.Pending, sh.FiresWindow, sh.FiresTotal)
+						fires += sh.FiresWindow
+					}
+					fmt.Printf("server %s %s cpu=%.2f mem=%.2f fires_window=%d\n", sv.ServerId, sv.Address, sv.Cpu, sv.Mem, fires)
+					for _, sh := range sv.Shards {
+						state := ""
+						if sh.Frozen {
+							state = " frozen"
+						}
+						fmt.Printf("  shard %s epoch=%d pending=%d fires_window=%d fires_total=%d%s\n", sh.Shard, sh.Epoch, sh.Pending, sh.FiresWindow, sh.FiresTotal, state)
 					}
 				}
 				for _, a := range s.Apps {
 					fmt.Printf("app %s workers=%d shards=%v\n", a.App, a.Workers, a.Shards)
 				}
 				for _, m := range s.Moves {
-					fmt.Printf("move %s %s -> %s\n", m.Shard, m.From, m.To)
+					if m.Split {
+						fmt.Printf("split %s on %s (since %s)\n", m.Shard, m.From, time.UnixMilli(m.StartedMs).UTC().Format(time.RFC3339))
+					} else {
+						fmt.Printf("move %s %s -> %s (since %s)\n", m.Shard, m.From, m.To, time.UnixMilli(m.StartedMs).UTC().Format(time.RFC3339))
+					}
 				}
 				return nil
 			})

@@ -1,0 +1,21 @@
+package cluster
+
+import (
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// MaxMessageBytes is the largest message a kjob endpoint (node, client, worker)
+// accepts over proto.actor's remote: gRPC's default is 4 MiB, which a shard's handoff
+// import (its whole snapshot), a list of jobs with large params or a batch of
+// dispatches can pass. It covers the journal's largest record (64 MiB), since an
+// import is persisted as one record.
+const MaxMessageBytes = 96 << 20
+
+// remoteConfig is the remote configuration of every kjob endpoint.
+func remoteConfig(host string, port int) *remote.Config {
+	return remote.Configure(host, port,
+		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxMessageBytes)),
+		remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))))
+}

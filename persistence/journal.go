@@ -154,8 +154,9 @@ type Journal struct {
 	dirty       []*segment
 	fatal       error
 	closed      bool
-	snaps       map[uint64][]snapInfo // per stream, newest first, at most two
-	drops       map[uint64]uint64     // stream -> LSN of its latest tombstone
+	snaps       map[uint64][]snapInfo   // per stream, newest first, at most two
+	drops       map[uint64]uint64       // stream -> LSN of its latest tombstone
+	openSnaps   map[uint64]openSnapshot // the snapshots read at Open, until the first Replay (snapMu)
 
 	durable atomic.Uint64
 	last    atomic.Uint64
@@ -210,6 +211,7 @@ func Open(opts Options) (*Journal, error) {
 		maxPayload: MaxPayloadBytes(opts.SegmentSizeBytes),
 		snaps:      map[uint64][]snapInfo{},
 		drops:      map[uint64]uint64{},
+		openSnaps:  map[uint64]openSnapshot{},
 		kick:       make(chan struct{}, 1),
 		spares:     make(chan *segment, 1),
 		needSpare:  make(chan struct{}, 1),
@@ -778,9 +780,13 @@ func (j *Journal) Close() error {
 	for len(j.spares) > 0 {
 		j.discardSpare(<-j.spares)
 	}
+	// A snapshot being written (shards write theirs from goroutines of their own)
+	// still uses the directory: let it finish first.
+	j.snapMu.Lock()
 	j.rw.Lock()
 	err := j.releaseAll()
 	j.rw.Unlock()
+	j.snapMu.Unlock()
 	if f := j.Err(); f != nil {
 		return f
 	}

@@ -71,10 +71,13 @@ func iterate(views []segView, limit uint64, fn func(Record) error) error {
 func (j *Journal) Replay(onSnapshot func(stream, lsn uint64, data []byte) error, onRecord func(Record) error) error {
 	// Open the newest snapshot files first, under snapMu, so a concurrent
 	// WriteSnapshot cannot delete one between choosing and reading it.
+	// A snapshot Open already read and checked is used as read (the first Replay
+	// after Open, which is recovery's): recovery reads each file once.
 	type openSnap struct {
 		stream, lsn uint64
 		f           *os.File
 		name        string
+		data        []byte // read at Open; f is nil
 	}
 	j.snapMu.Lock()
 	j.mu.Lock()
@@ -82,11 +85,19 @@ func (j *Journal) Replay(onSnapshot func(stream, lsn uint64, data []byte) error,
 	var opened []openSnap
 	for _, s := range streams {
 		in := j.snaps[s][0]
-		opened = append(opened, openSnap{stream: s, lsn: in.lsn, name: in.name})
+		o := openSnap{stream: s, lsn: in.lsn, name: in.name}
+		if c, ok := j.openSnaps[s]; ok && c.lsn == in.lsn {
+			o.data = c.data
+		}
+		opened = append(opened, o)
 	}
 	j.mu.Unlock()
+	clear(j.openSnaps)
 	var err error
 	for i := range opened {
+		if opened[i].data != nil {
+			continue
+		}
 		if opened[i].f, err = os.Open(filepath.Join(j.dirPath, opened[i].name)); err != nil {
 			break
 		}
@@ -110,10 +121,14 @@ func (j *Journal) Replay(onSnapshot func(stream, lsn uint64, data []byte) error,
 		return err
 	}
 	snapLSN := make(map[uint64]uint64, len(opened))
-	for _, o := range opened {
-		data, err := readSnapshotFile(o.f, o.name)
-		if err != nil {
-			return err
+	for i, o := range opened {
+		data := o.data
+		opened[i].data = nil // let the GC have it once the callback is done with it
+		if data == nil {
+			var err error
+			if data, err = readSnapshotFile(o.f, o.name); err != nil {
+				return err
+			}
 		}
 		snapLSN[o.stream] = o.lsn
 		if onSnapshot != nil {

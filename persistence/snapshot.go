@@ -27,6 +27,13 @@ var snapshotMagic = [8]byte{'k', 'j', 'o', 'b', 's', 'n', 'a', 'p'}
 // ErrBadSnapshot is matched by errors about unreadable snapshot files.
 var ErrBadSnapshot = errors.New("persistence: bad snapshot")
 
+// openSnapshot is a snapshot read and checked at Open, kept for the first Replay so
+// recovery reads each snapshot file once.
+type openSnapshot struct {
+	lsn  uint64
+	data []byte
+}
+
 type snapInfo struct {
 	lsn  uint64
 	name string
@@ -52,6 +59,13 @@ func parseSnapshotName(name string) (stream, lsn uint64, ok bool) {
 
 // EncodeSnapshot appends a snapshot file image to dst.
 func EncodeSnapshot(dst []byte, stream, lsn uint64, data []byte) []byte {
+	h := snapshotHeader(stream, lsn, data)
+	dst = append(dst, h[:]...)
+	return append(dst, data...)
+}
+
+// snapshotHeader is the header of a snapshot file holding data.
+func snapshotHeader(stream, lsn uint64, data []byte) [snapshotHeaderSize]byte {
 	var h [snapshotHeaderSize]byte
 	copy(h[0:8], snapshotMagic[:])
 	binary.LittleEndian.PutUint32(h[8:], FormatVersion)
@@ -61,8 +75,7 @@ func EncodeSnapshot(dst []byte, stream, lsn uint64, data []byte) []byte {
 	crc := crc32.Update(0, castagnoli, h[:40])
 	crc = crc32.Update(crc, castagnoli, data)
 	binary.LittleEndian.PutUint32(h[40:], crc)
-	dst = append(dst, h[:]...)
-	return append(dst, data...)
+	return h
 }
 
 // DecodeSnapshot checks a snapshot file image and returns its contents; data
@@ -91,11 +104,29 @@ func DecodeSnapshot(buf []byte) (stream, lsn uint64, data []byte, err error) {
 	return binary.LittleEndian.Uint64(h[16:]), binary.LittleEndian.Uint64(h[24:]), data, nil
 }
 
-// readSnapshotFile reads and checks one snapshot file against its name.
-func readSnapshotFile(r io.Reader, name string) ([]byte, error) {
-	buf, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("persistence: read %s: %w", name, err)
+// readSnapshotFile reads and checks one snapshot file against its name. The buffer
+// is sized from the file (io.ReadAll's doubling costs a large snapshot several copies
+// and clears).
+func readSnapshotFile(f *os.File, name string) ([]byte, error) {
+	var buf []byte
+	if st, err := f.Stat(); err == nil && st.Size() > 0 && st.Size() < 1<<40 {
+		buf = make([]byte, st.Size())
+		n, err := io.ReadFull(f, buf)
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("persistence: read %s: %w", name, err)
+		}
+		buf = buf[:n]
+		// A file that grew since Stat is read to its end, as before.
+		rest, err := io.ReadAll(f)
+		if err != nil {
+			return nil, fmt.Errorf("persistence: read %s: %w", name, err)
+		}
+		buf = append(buf, rest...)
+	} else {
+		var err error
+		if buf, err = io.ReadAll(f); err != nil {
+			return nil, fmt.Errorf("persistence: read %s: %w", name, err)
+		}
 	}
 	stream, lsn, data, err := DecodeSnapshot(buf)
 	if err != nil {
@@ -165,7 +196,7 @@ func (j *Journal) loadSnapshots(names []string) (changed bool, err error) {
 				}
 				continue
 			}
-			_, rerr := j.readSnapshot(in.name)
+			data, rerr := j.readSnapshot(in.name)
 			if rerr == nil && in.lsn > lastLSN && len(j.segs) > 0 {
 				rerr = fmt.Errorf("%w: %s covers LSN %d but the journal ends at %d", ErrBadSnapshot, in.name, in.lsn, lastLSN)
 				if !j.opts.TruncateOnCorruption {
@@ -182,6 +213,10 @@ func (j *Journal) loadSnapshots(names []string) (changed bool, err error) {
 					skipped = true
 				}
 				continue
+			}
+			if len(valid) == 0 && rerr == nil {
+				// The newest one is what Replay loads next: keep it for that.
+				j.openSnaps[stream] = openSnapshot{lsn: in.lsn, data: data}
 			}
 			valid = append(valid, in)
 		}
@@ -245,7 +280,8 @@ func (j *Journal) WriteSnapshot(stream, lsn uint64, data []byte) error {
 	}
 	name := snapshotName(stream, lsn)
 	tmp := name + tmpSuffix
-	if err := writeFileSynced(filepath.Join(j.dirPath, tmp), EncodeSnapshot(nil, stream, lsn, data)); err != nil {
+	h := snapshotHeader(stream, lsn, data) // written ahead of data: no copy of a large snapshot
+	if err := writeFileSynced(filepath.Join(j.dirPath, tmp), h[:], data); err != nil {
 		os.Remove(filepath.Join(j.dirPath, tmp))
 		return err
 	}
@@ -273,14 +309,16 @@ func (j *Journal) WriteSnapshot(stream, lsn uint64, data []byte) error {
 	return nil
 }
 
-func writeFileSynced(path string, b []byte) error {
+func writeFileSynced(path string, parts ...[]byte) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("persistence: %w", err)
 	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("persistence: write %s: %w", path, err)
+	for _, b := range parts {
+		if _, err := f.Write(b); err != nil {
+			f.Close()
+			return fmt.Errorf("persistence: write %s: %w", path, err)
+		}
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()

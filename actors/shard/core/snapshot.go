@@ -2,66 +2,145 @@ package core
 
 import (
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
+	"sync"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/messages"
+	"github.com/kjob/kjob/persistence"
 )
 
 // Snapshot encodes the whole shard state. Take it only when Quiescent, and store it
 // at AppliedLSN: it then covers exactly the durable journal.
-func (c *Core) Snapshot() []byte {
-	return c.snapshotOf(c.cfg.Shard, c.epoch, nil, 1)
-}
+func (c *Core) Snapshot() []byte { return c.SnapshotView().Encode() }
 
 // snapshotOf encodes the part of the state that belongs to shard sh (keep reports
 // whether a job id does; nil keeps everything) as sh's snapshot at epoch. share
 // scales the fire-window figure (a split half takes its share of the load).
 func (c *Core) snapshotOf(sh route.Shard, epoch int64, keep func(int64) bool, share float64) []byte {
+	return c.viewOf(sh, epoch, keep, share).Encode()
+}
+
+// SnapshotView is the shard's state frozen at the moment it was taken, for encoding
+// on another goroutine while the core goes on: a shard of a million jobs takes a
+// second or more to marshal and write, and the actor must keep firing meanwhile.
+//
+// Taking it is cheap: one walk over the jobs copying what the core changes in place,
+// no marshaling and no sorting. What the core never changes once a record is
+// applied is shared, not copied:
+//   - a *messages.Job is replaced by every JOB_PUT; in place, apply changes only
+//     jobMutable's fields (copied here);
+//   - a run's *messages.RunState is changed in place (worker, dispatch time), so
+//     in-flight runs are cloned (there are few: bounded by the workers' capacity
+//     and the ladder);
+//   - a job's history slice is trimmed in place, so its pointers are copied; a
+//     *messages.RunRecord and a *messages.DeadLetter are never changed;
+//   - the request window is copied (it is bounded).
+//
+// Encode reads only the copies and the unchanging fields, so it needs no lock.
+type SnapshotView struct {
+	meta *messages.ShardMeta
+	jobs []jobView
+	hist []*messages.RunRecord // every job's history, back to back
+	runs []*messages.RunState  // clones, in run-sequence order
+	dead []*messages.DeadLetter
+	reqs []*messages.RequestSeen // copies: the request window, oldest first
+
+	fireWin, fireWinSec []int64 // copies, the fire window scaled by its share
+}
+
+// jobView is one job as the snapshot saw it: the shared definition and the copies
+// of the fields apply changes in place.
+type jobView struct {
+	j                        *messages.Job
+	nextDue, lastDue, finish int64
+	runs                     int64
+	state                    messages.JobState
+	hist0, hist1             int32 // its history in SnapshotView.hist
+}
+
+// SnapshotView freezes the state for Encode (see SnapshotView). Take it only when
+// Quiescent; it then reflects exactly the records up to AppliedLSN.
+func (c *Core) SnapshotView() *SnapshotView { return c.viewOf(c.cfg.Shard, c.epoch, nil, 1) }
+
+// viewOf is the view of the part of the state snapshotOf encodes.
+func (c *Core) viewOf(sh route.Shard, epoch int64, keep func(int64) bool, share float64) *SnapshotView {
 	in := func(id int64) bool { return keep == nil || keep(id) }
-	s := &messages.ShardSnapshot{Meta: &messages.ShardMeta{Shard: sh.String(), Epoch: epoch}}
-	ids := make([]int64, 0, len(c.jobs))
-	for id := range c.jobs {
+	v := &SnapshotView{
+		meta: &messages.ShardMeta{Shard: sh.String(), Epoch: epoch},
+		jobs: make([]jobView, 0, len(c.jobs)),
+	}
+	// The map walk only collects pointers; the loops over that slice then read the jobs
+	// with independent loads, which the CPU overlaps (the walk's own work does not
+	// let it): at a few hundred thousand jobs nearly all of the time is cache misses.
+	ptrs := make([]*job, 0, len(c.jobs))
+	for id, j := range c.jobs {
 		if in(id) {
-			ids = append(ids, id)
+			ptrs = append(ptrs, j)
 		}
 	}
-	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
-	for _, id := range ids {
-		j := c.jobs[id]
-		s.Jobs = append(s.Jobs, j.j)
-		s.History = append(s.History, j.history...)
+	nh := 0
+	for _, j := range ptrs {
+		nh += len(j.history)
 	}
-	seqs := make([]uint64, 0, len(c.bySeq))
-	for seq, r := range c.bySeq {
-		if in(r.st.JobId) {
-			seqs = append(seqs, seq)
+	v.hist = make([]*messages.RunRecord, 0, nh)
+	for _, j := range ptrs {
+		h0 := len(v.hist)
+		v.hist = append(v.hist, j.history...)
+		v.jobs = append(v.jobs, jobView{j: j.j, nextDue: j.j.NextDueMs, lastDue: j.j.LastDueMs, finish: j.j.LastFinishMs,
+			runs: j.j.Runs, state: j.j.State, hist0: int32(h0), hist1: int32(len(v.hist))})
+	}
+	if len(c.bySeq) > 0 {
+		seqs := make([]uint64, 0, len(c.bySeq))
+		for seq, r := range c.bySeq {
+			if in(r.st.JobId) {
+				seqs = append(seqs, seq)
+			}
 		}
-	}
-	sort.Slice(seqs, func(a, b int) bool { return seqs[a] < seqs[b] })
-	for _, seq := range seqs {
-		s.Runs = append(s.Runs, c.bySeq[seq].st)
-	}
-	dids := make([]string, 0, len(c.dead))
-	for id, d := range c.dead {
-		if in(d.JobId) {
-			dids = append(dids, id)
+		slices.Sort(seqs)
+		v.runs = make([]*messages.RunState, 0, len(seqs))
+		for _, seq := range seqs {
+			v.runs = append(v.runs, proto.Clone(c.bySeq[seq].st).(*messages.RunState))
 		}
-	}
-	sort.Strings(dids)
-	for _, id := range dids {
-		s.Dead = append(s.Dead, c.dead[id])
 	}
 	for _, r := range c.reqs.entries() {
 		if in(r.JobId) {
-			s.Requests = append(s.Requests, r)
+			v.reqs = append(v.reqs, r)
+		}
+	}
+	v.dead = make([]*messages.DeadLetter, 0, len(c.dead))
+	for _, d := range c.dead {
+		if in(d.JobId) {
+			v.dead = append(v.dead, d)
 		}
 	}
 	for i := range c.fireWin {
-		s.FireWindow = append(s.FireWindow, int64(float64(c.fireWin[i])*share+0.5))
-		s.FireWindowSec = append(s.FireWindowSec, c.fireWinSec[i])
+		v.fireWin = append(v.fireWin, int64(float64(c.fireWin[i])*share+0.5))
+		v.fireWinSec = append(v.fireWinSec, c.fireWinSec[i])
+	}
+	return v
+}
+
+// Encode marshals the view (jobs by id, dead letters by run id: the same state
+// always encodes to the same bytes). Safe on any goroutine, once.
+func (v *SnapshotView) Encode() []byte {
+	slices.SortFunc(v.jobs, func(a, b jobView) int { return cmpInt64(a.j.Id, b.j.Id) })
+	slices.SortFunc(v.dead, func(a, b *messages.DeadLetter) int { return strings.Compare(a.RunId, b.RunId) })
+	s := &messages.ShardSnapshot{Meta: v.meta, Runs: v.runs, Dead: v.dead, Requests: v.reqs,
+		FireWindow: v.fireWin, FireWindowSec: v.fireWinSec,
+		Jobs:    make([]*messages.Job, len(v.jobs)),
+		History: make([]*messages.RunRecord, 0, len(v.hist))}
+	jobs := make([]messages.Job, len(v.jobs)) // one allocation for every copy
+	for i := range v.jobs {
+		jv := &v.jobs[i]
+		copyJob(&jobs[i], jv)
+		s.Jobs[i] = &jobs[i]
+		s.History = append(s.History, v.hist[jv.hist0:jv.hist1]...)
 	}
 	b, err := proto.Marshal(s)
 	if err != nil {
@@ -70,10 +149,69 @@ func (c *Core) snapshotOf(sh route.Shard, epoch int64, keep func(int64) bool, sh
 	return b
 }
 
-// LoadSnapshot replaces the state with a snapshot's (recovery, before Replay).
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// jobMutable are the numbers of the messages.Job fields that apply changes in place
+// (runs, due times, state); a view copies them when it is taken. Every other field
+// belongs to the record that put the job and never changes.
+var jobMutable = []protoreflect.FieldNumber{7, 11, 12, 13, 14} // state, next_due_ms, runs, last_due_ms, last_finish_ms
+
+// jobCopied are the fields copyJob copies by name: the unchanging fields it knows.
+var jobCopied = []protoreflect.FieldNumber{1, 2, 3, 4, 5, 6, 8, 9, 10, 15}
+
+// jobExtra lists, once, the fields of messages.Job that copyJob does not know by
+// name (added to the .proto since): it copies those by reflection, so a new field
+// is never silently left out of a snapshot.
+var jobExtra = sync.OnceValue(func() []protoreflect.FieldDescriptor {
+	known := map[protoreflect.FieldNumber]bool{}
+	for _, n := range append(slices.Clone(jobMutable), jobCopied...) {
+		known[n] = true
+	}
+	var extra []protoreflect.FieldDescriptor
+	fields := (&messages.Job{}).ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		if fd := fields.Get(i); !known[fd.Number()] {
+			extra = append(extra, fd)
+		}
+	}
+	return extra
+})
+
+// copyJob fills dst with jv's job as the view saw it. The definition's
+// sub-messages and bytes are shared (never changed in place).
+func copyJob(dst *messages.Job, jv *jobView) {
+	j := jv.j
+	dst.Id, dst.App, dst.Handler, dst.Params = j.Id, j.App, j.Handler, j.Params
+	dst.Schedule, dst.Policy = j.Schedule, j.Policy
+	dst.Version, dst.CreatedMs, dst.UpdatedMs, dst.RequestId = j.Version, j.CreatedMs, j.UpdatedMs, j.RequestId
+	dst.State, dst.NextDueMs, dst.Runs, dst.LastDueMs, dst.LastFinishMs = jv.state, jv.nextDue, jv.runs, jv.lastDue, jv.finish
+	if extra := jobExtra(); len(extra) > 0 {
+		src, d := j.ProtoReflect(), dst.ProtoReflect()
+		for _, fd := range extra {
+			if src.Has(fd) {
+				d.Set(fd, src.Get(fd))
+			}
+		}
+	}
+}
+
+// LoadSnapshot replaces the state with a snapshot's (recovery, before Replay). On an
+// error the core is left part loaded: discard it.
+//
+// A large snapshot's jobs are decoded on a goroutine while the ones already decoded
+// are applied here, so recovery uses two cores instead of one (decoding and applying
+// cost about the same). The jobs are applied in the snapshot's order either way.
 func (c *Core) LoadSnapshot(data []byte, lsn uint64) error {
-	s := &messages.ShardSnapshot{}
-	if err := proto.Unmarshal(data, s); err != nil {
+	s, jobs, err := splitSnapshot(data)
+	if err != nil {
 		return fmt.Errorf("shard %s: snapshot at lsn %d: %w", c.cfg.Shard, lsn, err)
 	}
 	if s.Meta.GetEpoch() > c.epoch {
@@ -82,8 +220,8 @@ func (c *Core) LoadSnapshot(data []byte, lsn uint64) error {
 	for _, r := range s.Requests { // first, oldest first: the window keeps its order
 		c.reqs.add(r.RequestId, r.JobId, r.AtMs)
 	}
-	for _, j := range s.Jobs {
-		c.apply(messages.RecordType_JOB_PUT, j)
+	if err := decodeJobs(jobs, func(j *messages.Job) { c.apply(messages.RecordType_JOB_PUT, j) }); err != nil {
+		return fmt.Errorf("shard %s: snapshot at lsn %d: job: %w", c.cfg.Shard, lsn, err)
 	}
 	for _, h := range s.History {
 		if j := c.jobs[h.JobId]; j != nil {
@@ -106,16 +244,144 @@ func (c *Core) LoadSnapshot(data []byte, lsn uint64) error {
 		copy(c.fireWin[:], s.FireWindow)
 		copy(c.fireWinSec[:], s.FireWindowSec)
 	}
-
 	c.appended, c.durable = lsn, lsn
 	return nil
 }
 
-// ShardNameOfSnapshot reads the shard name and epoch from a snapshot blob.
-func ShardNameOfSnapshot(data []byte) (string, int64, error) {
-	s := &messages.ShardSnapshot{}
-	if err := proto.Unmarshal(data, s); err != nil {
-		return "", 0, err
+// snapshotJobsField is ShardSnapshot.jobs's field number.
+const snapshotJobsField = 2
+
+// splitSnapshot decodes a snapshot except its jobs, whose encodings it returns in
+// order (every other field, known or added since, goes through proto.Unmarshal).
+func splitSnapshot(data []byte) (*messages.ShardSnapshot, [][]byte, error) {
+	var jobs [][]byte
+	rest := make([]byte, 0, 1024)
+	for b := data; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, nil, protowire.ParseError(n)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return nil, nil, protowire.ParseError(m)
+		}
+		if num == snapshotJobsField && typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(b[n:])
+			jobs = append(jobs, v)
+		} else {
+			rest = append(rest, b[:n+m]...)
+		}
+		b = b[n+m:]
 	}
-	return s.Meta.GetShard(), s.Meta.GetEpoch(), nil
+	s := &messages.ShardSnapshot{}
+	if err := proto.Unmarshal(rest, s); err != nil {
+		return nil, nil, err
+	}
+	return s, jobs, nil
+}
+
+// Job decoding in LoadSnapshot: below loadParallelJobs jobs all of it happens on the
+// caller's goroutine (the simulator's snapshots among them); above, in chunks of
+// loadChunkJobs on one goroutine ahead of the caller, at most loadChunksAhead ahead.
+const (
+	loadParallelJobs = 4096
+	loadChunkJobs    = 1024
+	loadChunksAhead  = 8
+)
+
+// decodeJobs unmarshals each encoding and hands the jobs to apply in order. It stops
+// at the first error.
+func decodeJobs(encs [][]byte, apply func(*messages.Job)) error {
+	if len(encs) < loadParallelJobs {
+		for _, e := range encs {
+			j := &messages.Job{}
+			if err := proto.Unmarshal(e, j); err != nil {
+				return err
+			}
+			apply(j)
+		}
+		return nil
+	}
+	type chunk struct {
+		jobs []*messages.Job
+		err  error
+	}
+	ch := make(chan chunk, loadChunksAhead)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		defer close(ch)
+		for i := 0; i < len(encs); i += loadChunkJobs {
+			part := encs[i:min(i+loadChunkJobs, len(encs))]
+			out := chunk{jobs: make([]*messages.Job, 0, len(part))}
+			for _, e := range part {
+				j := &messages.Job{}
+				if out.err = proto.Unmarshal(e, j); out.err != nil {
+					break
+				}
+				out.jobs = append(out.jobs, j)
+			}
+			select {
+			case ch <- out:
+			case <-stop:
+				return
+			}
+			if out.err != nil {
+				return
+			}
+		}
+	}()
+	for c := range ch {
+		for _, j := range c.jobs {
+			apply(j)
+		}
+		if c.err != nil {
+			return c.err
+		}
+	}
+	return nil
+}
+
+// ShardNameOfSnapshot reads the shard name and epoch from a snapshot blob. It decodes
+// only the meta field: recovery calls it before LoadSnapshot, and a snapshot of a
+// million jobs is tens of megabytes.
+func ShardNameOfSnapshot(data []byte) (string, int64, error) {
+	meta := &messages.ShardMeta{}
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return "", 0, fmt.Errorf("shard snapshot: %w", protowire.ParseError(n))
+		}
+		data = data[n:]
+		if num == 1 && typ == protowire.BytesType { // ShardSnapshot.meta
+			b, n := protowire.ConsumeBytes(data)
+			if n < 0 {
+				return "", 0, fmt.Errorf("shard snapshot: meta: %w", protowire.ParseError(n))
+			}
+			// Repeated occurrences of a message field merge, as proto.Unmarshal does.
+			if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(b, meta); err != nil {
+				return "", 0, err
+			}
+			data = data[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, data)
+		if n < 0 {
+			return "", 0, fmt.Errorf("shard snapshot: field %d: %w", num, protowire.ParseError(n))
+		}
+		data = data[n:]
+	}
+	return meta.GetShard(), meta.GetEpoch(), nil
+}
+
+// ReplayDecoded is Replay of a record whose payload was decoded already, by Decode
+// (decodeErr is Decode's error): recovery decodes on another goroutine than the one
+// that applies. Replay(r) and ReplayDecoded(r, Decode(r)) do the same.
+func (c *Core) ReplayDecoded(r persistence.Record, m proto.Message, decodeErr error) error {
+	if decodeErr != nil {
+		return fmt.Errorf("shard %s: lsn %d: %w", c.cfg.Shard, r.LSN, decodeErr)
+	}
+	c.apply(messages.RecordType(r.Type), m)
+	c.appended, c.durable = r.LSN, r.LSN
+	return nil
 }

@@ -1,0 +1,183 @@
+package core
+
+import (
+	"bytes"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/kjob/kjob/messages"
+)
+
+// A view encodes the state as it was when taken, whatever the core did since: fires,
+// results, updates, pauses and deletes change jobs and runs in place.
+func TestSnapshotViewIsFrozen(t *testing.T) {
+	c, e := newCore(1000)
+	for id := int64(1); id <= 20; id++ {
+		j := onceJob(id, 10*id)
+		if id%2 == 0 {
+			j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_FIXED_RATE, EveryMs: 30}
+		}
+		c.Handle(1000, client, &messages.CreateJob{Job: j}, e)
+	}
+	c.Durable(e.lsn, nil, e)
+	c.Tick(1100, e)
+	c.Durable(e.lsn, nil, e)
+	finish := func(now int64) {
+		for _, s := range e.take() {
+			if d, ok := s.m.(*messages.Dispatch); ok && d.JobId%3 != 0 {
+				c.Handle(now, wref, &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Attempt: d.Attempt, Epoch: d.Epoch,
+					Outcome: messages.Outcome_SUCCEEDED, StartMs: now, EndMs: now, WorkerId: "w1"}, e)
+			}
+		}
+		c.Durable(e.lsn, nil, e)
+	}
+	finish(1100)
+	if !c.Quiescent() || c.InFlight() == 0 {
+		t.Fatalf("setup: quiescent %v, in flight %d", c.Quiescent(), c.InFlight())
+	}
+	want := c.Snapshot()
+	v := c.SnapshotView()
+
+	for now := int64(1101); now < 1400; now += 7 {
+		c.Tick(now, e)
+		c.Durable(e.lsn, nil, e)
+		finish(now)
+	}
+	c.Handle(1400, client, &messages.PauseJob{App: "app", Id: 2}, e)
+	c.Handle(1400, client, &messages.DeleteJob{App: "app", Id: 4}, e)
+	c.Handle(1400, client, &messages.UpdateJob{Job: &messages.Job{Id: 6, App: "app", Handler: "h2",
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_FIXED_RATE, EveryMs: 50}}}, e)
+	c.Durable(e.lsn, nil, e)
+	if now := c.Snapshot(); bytes.Equal(now, want) {
+		t.Fatal("the state did not change after the view: the test proves nothing")
+	}
+	if got := v.Encode(); !bytes.Equal(got, want) {
+		a, b := &messages.ShardSnapshot{}, &messages.ShardSnapshot{}
+		_ = proto.Unmarshal(got, a)
+		_ = proto.Unmarshal(want, b)
+		t.Fatalf("the view changed after it was taken:\n got %v\nwant %v", a, b)
+	}
+}
+
+// copyJob reproduces every field of a job, including fields it does not know by name.
+func TestCopyJobCoversEveryField(t *testing.T) {
+	src := &messages.Job{}
+	m := src.ProtoReflect()
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		switch fd.Kind() {
+		case protoreflect.StringKind:
+			m.Set(fd, protoreflect.ValueOfString("s"+string(fd.Name())))
+		case protoreflect.BytesKind:
+			m.Set(fd, protoreflect.ValueOfBytes([]byte(fd.Name())))
+		case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+			m.Set(fd, protoreflect.ValueOfInt64(int64(100+fd.Number())))
+		case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+			m.Set(fd, protoreflect.ValueOfInt32(int32(100+fd.Number())))
+		case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+			m.Set(fd, protoreflect.ValueOfUint64(uint64(100+fd.Number())))
+		case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+			m.Set(fd, protoreflect.ValueOfUint32(uint32(100+fd.Number())))
+		case protoreflect.BoolKind:
+			m.Set(fd, protoreflect.ValueOfBool(true))
+		case protoreflect.EnumKind:
+			m.Set(fd, protoreflect.ValueOfEnum(1))
+		case protoreflect.MessageKind:
+			if !fd.IsList() && !fd.IsMap() {
+				m.Set(fd, protoreflect.ValueOfMessage(m.NewField(fd).Message()))
+			}
+		}
+		if !fd.IsList() && !fd.IsMap() && !m.Has(fd) {
+			t.Fatalf("field %s: the test cannot set its kind %v; teach it", fd.Name(), fd.Kind())
+		}
+	}
+	jv := &jobView{j: src, nextDue: src.NextDueMs, lastDue: src.LastDueMs, finish: src.LastFinishMs, runs: src.Runs, state: src.State}
+	got := &messages.Job{}
+	copyJob(got, jv)
+	if !proto.Equal(got, src) {
+		t.Fatalf("copyJob lost fields:\n got %v\nwant %v", got, src)
+	}
+}
+
+// The shard name is read from the meta field alone, as a full decode would read it.
+func TestShardNameOfSnapshot(t *testing.T) {
+	c, e := newCore(1000)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(1, 10)}, e)
+	c.Durable(e.lsn, nil, e)
+	name, epoch, err := ShardNameOfSnapshot(c.Snapshot())
+	if err != nil || name != c.Shard().String() || epoch != c.Epoch() {
+		t.Fatalf("got %q %d %v, want %q %d", name, epoch, err, c.Shard().String(), c.Epoch())
+	}
+	if _, _, err := ShardNameOfSnapshot([]byte{0x0a, 0x05, 0x01}); err == nil {
+		t.Fatal("a truncated snapshot was read without an error")
+	}
+}
+
+// A snapshot loads back to the state it was taken from, through the parallel job
+// decoding of a large snapshot as through the inline one of a small one.
+func TestLoadSnapshotRoundTrip(t *testing.T) {
+	for _, n := range []int64{10, loadParallelJobs + 3*loadChunkJobs + 7} {
+		c, e := newCore(1000)
+		for id := int64(1); id <= n; id++ {
+			c.Handle(1000, client, &messages.CreateJob{Job: onceJob(id, 10+id%50)}, e)
+		}
+		c.Durable(e.lsn, nil, e)
+		c.Tick(1030, e)
+		c.Durable(e.lsn, nil, e)
+		want := c.Snapshot()
+		r := New(Config{Shard: c.Shard()}, 1000, 1)
+		if err := r.LoadSnapshot(want, e.lsn); err != nil {
+			t.Fatal(err)
+		}
+		if r.Jobs() != int(n) || r.InFlight() != c.InFlight() || r.Pending() != c.Pending() {
+			t.Fatalf("n=%d: loaded %d jobs, %d in flight, %d pending; want %d, %d, %d", n, r.Jobs(), r.InFlight(), r.Pending(), n, c.InFlight(), c.Pending())
+		}
+		ref := New(Config{Shard: c.Shard()}, 1000, 1)
+		refLoad(t, ref, want, e.lsn)
+		if got := r.Snapshot(); !bytes.Equal(got, ref.Snapshot()) {
+			t.Fatalf("n=%d: the loaded state differs from a plain decode's", n)
+		}
+		if err := New(Config{Shard: c.Shard()}, 1000, 1).LoadSnapshot(want[:len(want)-3], e.lsn); err == nil {
+			t.Fatalf("n=%d: a truncated snapshot loaded without an error", n)
+		}
+	}
+}
+
+// refLoad is LoadSnapshot as a plain proto.Unmarshal of the whole snapshot.
+func refLoad(t *testing.T, c *Core, data []byte, lsn uint64) {
+	s := &messages.ShardSnapshot{}
+	if err := proto.Unmarshal(data, s); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range s.Requests {
+		c.reqs.add(r.RequestId, r.JobId, r.AtMs)
+	}
+	for _, j := range s.Jobs {
+		c.apply(messages.RecordType_JOB_PUT, j)
+	}
+	for _, h := range s.History {
+		if j := c.jobs[h.JobId]; j != nil {
+			j.history = append(j.history, h)
+		}
+	}
+	for _, st := range s.Runs {
+		if st.Level >= 0 {
+			c.apply(messages.RecordType_RETRY_SCHEDULED, st)
+		} else {
+			st2 := proto.Clone(st).(*messages.RunState)
+			st2.Fire = false
+			c.apply(messages.RecordType_RUN_DISPATCHED, st2)
+		}
+	}
+	for _, d := range s.Dead {
+		c.dead[d.RunId] = d
+	}
+	if len(s.FireWindow) == len(c.fireWin) && len(s.FireWindowSec) == len(c.fireWin) {
+		copy(c.fireWin[:], s.FireWindow)
+		copy(c.fireWinSec[:], s.FireWindowSec)
+	}
+	c.appended, c.durable = lsn, lsn
+}

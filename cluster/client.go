@@ -253,24 +253,20 @@ func (c *Client) refresh(ctx context.Context, app string, ensure bool) error {
 	return &kerr.Error{Code: messages.Code_UNAVAILABLE, Message: fmt.Sprintf("no shard of app %q is known yet", app)}
 }
 
+// shardFor is the route entry of the deepest shard of app holding id (route.Lookup's
+// rule, without building a []route.Shard and names per request).
 func (c *Client) shardFor(app string, id int64) *messages.RouteEntry {
+	h := route.Hash(id)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rs := c.routes[app]
-	shards := make([]route.Shard, len(rs))
-	for i, r := range rs {
-		shards[i] = route.Shard{App: r.App, Level: int(r.Level), Index: r.Index}
-	}
-	s, ok := route.Lookup(shards, id)
-	if !ok {
-		return nil
-	}
-	for _, r := range rs {
-		if r.Shard == s.String() {
-			return r
+	var best *messages.RouteEntry
+	for _, r := range c.routes[app] {
+		s := route.Shard{App: r.App, Level: int(r.Level), Index: r.Index}
+		if s.Contains(h) && (best == nil || r.Level > best.Level) {
+			best = r
 		}
 	}
-	return nil
+	return best
 }
 
 // call routes a request for job id of app to its shard, retrying through route

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -137,17 +138,28 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
-	n.journal, err = persistence.Open(persistence.Options{Dir: cfg.DataDir, Sync: cfg.Sync,
-		SegmentSizeBytes: cfg.SegmentSizeBytes, Logger: cfg.Log})
-	if err != nil {
-		return nil, fmt.Errorf("open journal in %s: %w", cfg.DataDir, err)
-	}
-	n.report = n.journal.Report()
-	recovered, err := n.recover()
-	if err != nil {
-		_ = n.journal.Close()
-		return nil, err
-	}
+	// The journal is opened and replayed while the cluster member starts: proto.actor's
+	// StartMember ends with a fixed one-second sleep, which the replay of a large
+	// journal now fills instead of following. Nothing of the member needs the shards
+	// before the server actor is spawned, after both are done.
+	var recovered []server.Recovered
+	recDone := make(chan error, 1)
+	go func() {
+		j, err := persistence.Open(persistence.Options{Dir: cfg.DataDir, Sync: cfg.Sync,
+			SegmentSizeBytes: cfg.SegmentSizeBytes, Logger: cfg.Log})
+		if err != nil {
+			recDone <- fmt.Errorf("open journal in %s: %w", cfg.DataDir, err)
+			return
+		}
+		n.journal, n.report = j, j.Report()
+		restoreGC := recoveryGC.raise()
+		recovered, err = n.recover()
+		restoreGC()
+		if err != nil {
+			_ = j.Close()
+		}
+		recDone <- err
+	}()
 
 	n.system = actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(actorLogger(cfg.Log, cfg.ActorLogLevel))))
 	rcfg := remoteConfig(host, port)
@@ -156,26 +168,57 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		peers = []string{cfg.Listen}
 	}
 	self := cfg.Listen
-	n.actor = server.New(server.Deps{
-		ServerID: n.system.ID, Journal: n.metrics.journal(n.journal), Log: cfg.Log, Metrics: n.metrics,
-		NameServer: func() *actor.PID { return n.ns.Load() },
-		NewCore:    n.newCore,
-		Alerts:     cfg.AlertHooks,
-	}, recovered)
 	// The NameServer places a new app only while every configured peer reports (see
 	// nameserver/core SetMembers); a single node (no peers) is its own only member.
-	provider := newPeerProvider(self, peers, cfg.Log)
+	provider := &startSignal{ClusterProvider: newPeerProvider(self, peers, cfg.Log), started: make(chan struct{})}
 	ccfg := pcluster.Configure(ClusterName, provider, disthash.New(), rcfg,
 		pcluster.WithKinds(pcluster.NewKind(nameserver.Kind, n.metrics.ns.props(nameserver.Props(nil, cfg.Peers, cfg.Split)))))
 	n.cl = pcluster.New(n.system, ccfg)
-	var startErr error
+	var startErr, recErr error
+	memberUp, recWaited := false, false
+	waitRecovery := func() error {
+		if !recWaited {
+			recErr, recWaited = <-recDone, true
+		}
+		return recErr
+	}
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
 				startErr = fmt.Errorf("start cluster member on %s: %v", cfg.Listen, p)
 			}
 		}()
-		n.cl.StartMember()
+		// proto.actor's StartMember ends with a fixed one-second sleep after the
+		// provider has started; the member is up from there, so StartNode goes on and
+		// leaves the sleep to a goroutine.
+		memberErr := make(chan error, 1)
+		go func() {
+			defer func() {
+				if p := recover(); p != nil {
+					memberErr <- fmt.Errorf("start cluster member on %s: %v", cfg.Listen, p)
+				}
+			}()
+			n.cl.StartMember()
+			memberErr <- nil
+		}()
+		select {
+		case <-provider.started:
+		case err := <-memberErr:
+			if err != nil {
+				startErr = err
+				return
+			}
+		}
+		memberUp = true
+		if waitRecovery() != nil {
+			return
+		}
+		n.actor = server.New(server.Deps{
+			ServerID: n.system.ID, Journal: n.metrics.journal(n.journal), Log: cfg.Log, Metrics: n.metrics,
+			NameServer: func() *actor.PID { return n.ns.Load() },
+			NewCore:    n.newCore,
+			Alerts:     cfg.AlertHooks,
+		}, recovered)
 		// Spawned after the remote started, so its PIDs (and its shards') carry the
 		// real address rather than "nonhost".
 		n.server, err = n.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return n.actor },
@@ -184,7 +227,16 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 			startErr = err
 		}
 	}()
-	if startErr != nil {
+	if waitRecovery() != nil || startErr != nil {
+		if memberUp {
+			func() {
+				defer func() { _ = recover() }()
+				n.cl.Shutdown(false)
+			}()
+		}
+		if recErr != nil { // the journal is closed already
+			return nil, recErr
+		}
 		_ = n.journal.Close()
 		return nil, startErr
 	}
@@ -201,6 +253,63 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	return n, nil
 }
 
+// recoveryGCPercent is the garbage collector's target while journals replay. Nearly
+// everything recovery allocates stays live (the jobs it rebuilds), so each
+// collection of the growing heap marks it all again for little gain: at the default
+// 100 that was a quarter of a replay's time. The old target comes back as soon as
+// the last concurrent recovery of the process ends.
+const recoveryGCPercent = 400
+
+// recoveryGC raises the GC target while any node of the process recovers. The GC
+// target is process state, so this is too (StartNode may run concurrently).
+var recoveryGC gcRaise
+
+type gcRaise struct {
+	mu   sync.Mutex
+	n    int
+	prev int
+}
+
+func (g *gcRaise) raise() (restore func()) {
+	g.mu.Lock()
+	if g.n == 0 {
+		g.prev = debug.SetGCPercent(-1) // read the current target...
+		if g.prev >= 0 && g.prev < recoveryGCPercent {
+			debug.SetGCPercent(recoveryGCPercent)
+		} else {
+			debug.SetGCPercent(g.prev) // ...and keep one already higher (or off)
+		}
+	}
+	g.n++
+	g.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			if g.n--; g.n == 0 {
+				debug.SetGCPercent(g.prev)
+			}
+			g.mu.Unlock()
+		})
+	}
+}
+
+// startSignal is the node's cluster provider, which says when proto.actor has
+// started it: the last step of StartMember before its sleep.
+type startSignal struct {
+	pcluster.ClusterProvider
+	started chan struct{}
+	once    sync.Once
+}
+
+func (s *startSignal) StartMember(c *pcluster.Cluster) error {
+	err := s.ClusterProvider.StartMember(c)
+	if err == nil {
+		s.once.Do(func() { close(s.started) })
+	}
+	return err
+}
+
 func (n *Node) newCore(s route.Shard, epoch int64) *shardcore.Core {
 	cfg := n.cfg.Shard
 	cfg.Shard = s
@@ -211,6 +320,11 @@ func (n *Node) newCore(s route.Shard, epoch int64) *shardcore.Core {
 func (n *Node) recover() ([]server.Recovered, error) {
 	cores := map[uint64]*shardcore.Core{}
 	var order []uint64
+	// The records after the snapshots are decoded on one goroutine and applied on
+	// another, in journal order (decoding is about half of a record's cost). Replay
+	// hands over every snapshot before the first record, so the applier never runs
+	// alongside onSnapshot.
+	pipe := newReplayPipe(n.applyRecord(cores, &order))
 	err := n.journal.Replay(func(stream, lsn uint64, data []byte) error {
 		name, epoch, err := shardcore.ShardNameOfSnapshot(data)
 		if err != nil {
@@ -227,7 +341,30 @@ func (n *Node) recover() ([]server.Recovered, error) {
 		cores[stream] = c
 		order = append(order, stream)
 		return nil
-	}, func(r persistence.Record) error {
+	}, pipe.add)
+	if perr := pipe.close(); perr != nil && (err == nil || errors.Is(err, errReplayStopped)) {
+		err = perr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("recover journal in %s: %w", n.cfg.DataDir, err)
+	}
+	durable := n.journal.DurableLSN()
+	out := make([]server.Recovered, 0, len(order))
+	for _, st := range order {
+		if cores[st].Closed() { // handed off before the crash: finish dropping it
+			if err := n.journal.DropStream(st); err != nil {
+				return nil, fmt.Errorf("drop handed-off stream %d: %w", st, err)
+			}
+			continue
+		}
+		out = append(out, server.Recovered{Core: cores[st], DurableLSN: durable})
+	}
+	return out, nil
+}
+
+// applyRecord applies one decoded journal record to its shard's core during recovery.
+func (n *Node) applyRecord(cores map[uint64]*shardcore.Core, order *[]uint64) func(persistence.Record, proto.Message, error) error {
+	return func(r persistence.Record, m proto.Message, derr error) error {
 		if messages.RecordType(r.Type) == messages.RecordType_SHARD_IMPORTED {
 			// A shard handed to this node: the record holds all of it.
 			name, epoch, err := shardcore.ShardNameOfSnapshot(r.Payload)
@@ -243,7 +380,7 @@ func (n *Node) recover() ([]server.Recovered, error) {
 				return err
 			}
 			if cores[r.Stream] == nil {
-				order = append(order, r.Stream)
+				*order = append(*order, r.Stream)
 			}
 			cores[r.Stream] = c
 			return nil
@@ -263,26 +400,101 @@ func (n *Node) recover() ([]server.Recovered, error) {
 			}
 			c = n.newCore(s, meta.Epoch)
 			cores[r.Stream] = c
-			order = append(order, r.Stream)
+			*order = append(*order, r.Stream)
 		}
-		return c.Replay(r)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("recover journal in %s: %w", n.cfg.DataDir, err)
+		return c.ReplayDecoded(r, m, derr)
 	}
-	durable := n.journal.DurableLSN()
-	out := make([]server.Recovered, 0, len(order))
-	for _, st := range order {
-		if cores[st].Closed() { // handed off before the crash: finish dropping it
-			if err := n.journal.DropStream(st); err != nil {
-				return nil, fmt.Errorf("drop handed-off stream %d: %w", st, err)
-			}
-			continue
-		}
-		out = append(out, server.Recovered{Core: cores[st], DurableLSN: durable})
-	}
-	return out, nil
 }
+
+// Recovery's record pipeline: records are copied out of the mapping in batches of
+// replayBatchRecords, decoded on one goroutine and applied on another, at most
+// replayBatchesAhead batches ahead of the applier.
+const (
+	replayBatchRecords = 1024
+	replayBatchesAhead = 8
+	replayArenaBytes   = 256 << 10
+)
+
+type replayItem struct {
+	r    persistence.Record
+	m    proto.Message
+	derr error
+}
+
+// replayPipe decodes records on one goroutine and applies them in order on another.
+// The first error stops it: later records are dropped, close returns the error.
+type replayPipe struct {
+	batch   []replayItem
+	arena   []byte // the payloads' copies, back to back
+	decode  chan []replayItem
+	apply   chan []replayItem
+	done    chan error
+	failed  atomic.Bool
+	applyFn func(persistence.Record, proto.Message, error) error
+}
+
+func newReplayPipe(apply func(persistence.Record, proto.Message, error) error) *replayPipe {
+	p := &replayPipe{decode: make(chan []replayItem, replayBatchesAhead), apply: make(chan []replayItem, replayBatchesAhead),
+		done: make(chan error, 1), applyFn: apply}
+	go func() {
+		defer close(p.apply)
+		for b := range p.decode {
+			for i := range b {
+				if messages.RecordType(b[i].r.Type) != messages.RecordType_SHARD_IMPORTED { // a whole snapshot: the applier loads it
+					b[i].m, b[i].derr = shardcore.Decode(messages.RecordType(b[i].r.Type), b[i].r.Payload)
+				}
+			}
+			p.apply <- b
+		}
+	}()
+	go func() {
+		var err error
+		for b := range p.apply {
+			for i := 0; i < len(b) && err == nil; i++ {
+				err = p.applyFn(b[i].r, b[i].m, b[i].derr)
+			}
+			if err != nil {
+				p.failed.Store(true)
+			}
+		}
+		p.done <- err
+	}()
+	return p
+}
+
+// add takes one record (its payload is copied: the mapping's is valid only during
+// the call).
+func (p *replayPipe) add(r persistence.Record) error {
+	if p.failed.Load() {
+		return errReplayStopped
+	}
+	if len(p.arena)+len(r.Payload) > cap(p.arena) {
+		p.arena = make([]byte, 0, max(replayArenaBytes, len(r.Payload)))
+	}
+	at := len(p.arena)
+	p.arena = append(p.arena, r.Payload...)
+	r.Payload = p.arena[at:len(p.arena):len(p.arena)]
+	p.batch = append(p.batch, replayItem{r: r})
+	if len(p.batch) == replayBatchRecords {
+		p.decode <- p.batch
+		p.batch = make([]replayItem, 0, replayBatchRecords)
+	}
+	return nil
+}
+
+// close applies what is left and returns the first error.
+func (p *replayPipe) close() error {
+	if len(p.batch) > 0 {
+		p.decode <- p.batch
+		p.batch = nil
+	}
+	close(p.decode)
+	return <-p.done
+}
+
+// errReplayStopped stops the journal's replay once the pipeline failed; close
+// returns the pipeline's own error instead.
+var errReplayStopped = errors.New("kjob: replay stopped")
 
 // loop resolves the NameServer, sends heartbeats and compacts the journal.
 func (n *Node) loop() {

@@ -665,6 +665,11 @@ func (j *Journal) flush() {
 		j.fail(err, waiters)
 		return
 	}
+	if j.opts.Sync != SyncNone {
+		for _, jb := range jobs {
+			jb.s.dropDurable(jb.to) // still listed dirty: Compact does not unmap it meanwhile
+		}
+	}
 	j.mu.Lock()
 	for _, jb := range jobs {
 		jb.s.synced = jb.to

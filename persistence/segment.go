@@ -44,6 +44,30 @@ type segment struct {
 	synced      int  // bytes [0, synced) are durable
 	needDirSync bool // the file's name is not yet durable in the directory
 	inDirty     bool // listed in Journal.dirty
+
+	unmappedTo int // flusher-owned: bytes [0, unmappedTo) were dropped from the page tables
+}
+
+// unmapChunkBytes is how much durable data accumulates before the flusher drops it
+// from the process's page tables (one madvise per chunk).
+const unmapChunkBytes = 4 << 20
+
+// dropDurable drops the durable, whole pages below to from the process's resident
+// set (MADV_DONTNEED on a shared file mapping keeps them in the page cache, and a
+// read faults them back in): a journal is written once and read only by recovery
+// and handoffs, so its pages need not stay mapped — they were a tenth of a node's
+// resident memory per job. Only the flusher calls it, after syncing [.., to).
+func (s *segment) dropDurable(to int) {
+	if s.mm == nil {
+		return
+	}
+	end := to &^ (pageSizeBytes - 1) // the page holding to may still be written
+	if end-s.unmappedTo < unmapChunkBytes {
+		return
+	}
+	if err := unix.Madvise(s.buf[s.unmappedTo:end], unix.MADV_DONTNEED); err == nil {
+		s.unmappedTo = end
+	}
 }
 
 func segmentName(base uint64) string { return fmt.Sprintf("%020d%s", base, segmentSuffix) }

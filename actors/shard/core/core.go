@@ -31,22 +31,24 @@ import (
 
 // Limits and defaults. Each bound is named so an error can say which one was hit.
 const (
-	MaxParamsBytes     = 64 << 10
-	MaxHandlerLen      = 128
-	MaxListLimit       = 1000
-	DefaultListLimit   = 100
-	DefaultTimeoutMs   = 60_000
-	MaxTimeoutMs       = 24 * 3600_000
-	DefaultGraceMs     = 5_000
-	DefaultHistory     = 20
-	NoWorkerRetryMs    = 500
-	RefusedRetryMs     = 20 // a worker refused a dispatch (queue full): try again this soon
-	MaxAttempts        = 32
-	DefaultMaxJobs     = 20_000_000
-	FireWindowMs       = 60_000
-	MaxFiresPerTick    = 100_000 // bounds one Tick's work; the rest fires on the next
-	MaxMisfireFireAll  = schedule.MaxMisfireFires
-	defaultAttemptsAll = 5 // 1 + the four rungs of the default ladder
+	MaxParamsBytes         = 64 << 10
+	MaxHandlerLen          = 128
+	MaxListLimit           = 1000
+	DefaultListLimit       = 100
+	DefaultTimeoutMs       = 60_000
+	MaxTimeoutMs           = 24 * 3600_000
+	DefaultGraceMs         = 5_000
+	DefaultHistory         = 20
+	NoWorkerRetryMs        = 500
+	RefusedRetryMs         = 20 // a worker refused a dispatch (queue full): try again this soon
+	MaxAttempts            = 32
+	DefaultMaxJobs         = 20_000_000
+	FireWindowMs           = 60_000
+	MaxFiresPerTick        = 100_000 // bounds one Tick's work; the rest fires on the next
+	MaxMisfireFireAll      = schedule.MaxMisfireFires
+	DefaultDoneRetentionMs = 3600_000
+	expiryRecheckMs        = 60_000 // a DONE job whose runs are not over yet is looked at again this much later
+	defaultAttemptsAll     = 5      // 1 + the four rungs of the default ladder
 )
 
 // Env is what the core needs from the world.
@@ -88,6 +90,10 @@ type Config struct {
 	GraceMs         int64
 	History         int
 	MaxJobs         int
+	// DoneRetentionMs is how long a job that will never fire again (a one-shot that
+	// ran, a job past its window or run limit) stays readable, with its run history,
+	// after its last run; then it is deleted (journaled). Default 1 hour.
+	DoneRetentionMs int64
 	Seed            uint64 // for random routing; fixed for determinism
 	// Mutations switched on by simulator tests to prove the invariants catch bugs.
 	Mutations Mutations
@@ -120,12 +126,16 @@ func (c *Config) defaults() {
 	if c.MaxJobs <= 0 {
 		c.MaxJobs = DefaultMaxJobs
 	}
+	if c.DoneRetentionMs <= 0 {
+		c.DoneRetentionMs = DefaultDoneRetentionMs
+	}
 }
 
 type job struct {
 	j       *messages.Job
 	sched   *schedule.Compiled
 	handle  wheel.Handle
+	expiry  wheel.Handle // in Core.expire while DONE
 	running int
 	history []*messages.RunRecord // oldest first, bounded by Config.History
 }
@@ -156,6 +166,8 @@ type Core struct {
 	timers *wheel.Wheel // per run; payload = run seq
 	runSeq uint64
 	dead   map[string]*messages.DeadLetter
+	runsOf map[int64]int32 // runs (dispatched or waiting for a retry) per job id
+	expire *wheel.Wheel    // when each finished (DONE) job leaves; payload = job id
 
 	workers   []*messages.WorkerInfo
 	rr        int
@@ -197,6 +209,8 @@ func New(cfg Config, nowMs int64, epoch int64) *Core {
 		bySeq:  make(map[uint64]*run),
 		timers: wheel.New(nowMs),
 		dead:   make(map[string]*messages.DeadLetter),
+		runsOf: make(map[int64]int32),
+		expire: wheel.New(nowMs),
 		busy:   make(map[string]int),
 		rng:    rand.New(rand.NewPCG(cfg.Seed, uint64(route.HashString(cfg.Shard.String())))),
 		now:    nowMs,
@@ -259,6 +273,9 @@ func (c *Core) AppliedLSN() uint64 { return c.appended }
 func (c *Core) NextWake() (int64, bool) {
 	a, okA := c.due.NextDue()
 	b, okB := c.timers.NextDue()
+	if x, ok := c.expire.NextDue(); ok && (!okB || x < b) {
+		b, okB = x, true
+	}
 	switch {
 	case okA && okB:
 		a -= c.cfg.Mutations.FireEarlyMs
@@ -507,9 +524,15 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 			if j.handle != 0 {
 				c.due.Cancel(j.handle)
 			}
+			if j.expiry != 0 {
+				c.expire.Cancel(j.expiry)
+			}
 			delete(c.jobs, id)
 		}
 		for rid, r := range c.runs { // retries waiting for a deleted job are dropped
+			if c.runsOf[id] == 0 {
+				break
+			}
 			if r.st.JobId == id {
 				c.dropRun(rid)
 			}
@@ -522,6 +545,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 			r = &run{seq: c.runSeq}
 			c.runs[st.RunId] = r
 			c.bySeq[r.seq] = r
+			c.runsOf[st.JobId]++
 		}
 		r.st = st
 		c.reqs.add(st.RequestId, st.JobId, st.DispatchedMs)
@@ -539,6 +563,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		r := &run{st: st, seq: c.runSeq}
 		c.runs[st.RunId] = r
 		c.bySeq[r.seq] = r
+		c.runsOf[st.JobId]++
 	case messages.RecordType_RUN_FINISHED:
 		rec := m.(*messages.RunRecord)
 		c.dropRun(rec.RunId)
@@ -553,6 +578,8 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 			j.j.LastFinishMs = rec.EndMs
 			if rec.SetsNext {
 				c.setDue(j, rec.JobNextDueMs)
+			} else {
+				c.armExpiry(j)
 			}
 		}
 	case messages.RecordType_DEAD_LETTERED:
@@ -583,6 +610,24 @@ func (c *Core) setDue(j *job, dueMs int64) {
 	if dueMs == 0 && j.j.State == messages.JobState_ACTIVE && j.j.Schedule.GetKind() != messages.ScheduleKind_API_ONLY && !waitsForFinish {
 		j.j.State = messages.JobState_DONE
 	}
+	c.armExpiry(j)
+}
+
+// armExpiry keeps a DONE job's expiry in the expire wheel (and only a DONE job's):
+// DoneRetentionMs after the latest of its last update, due and finish.
+func (c *Core) armExpiry(j *job) {
+	if j.j.State != messages.JobState_DONE {
+		if j.expiry != 0 {
+			c.expire.Cancel(j.expiry)
+			j.expiry = 0
+		}
+		return
+	}
+	at := max(j.j.UpdatedMs, j.j.LastDueMs, j.j.LastFinishMs) + c.cfg.DoneRetentionMs
+	if j.expiry != 0 && c.expire.Reschedule(j.expiry, at) {
+		return
+	}
+	j.expiry = c.expire.Add(at, uint64(j.j.Id))
 }
 
 func (c *Core) dropRun(runID string) {
@@ -601,6 +646,9 @@ func (c *Core) dropRun(runID string) {
 	}
 	delete(c.bySeq, r.seq)
 	delete(c.runs, runID)
+	if c.runsOf[r.st.JobId]--; c.runsOf[r.st.JobId] <= 0 {
+		delete(c.runsOf, r.st.JobId)
+	}
 }
 
 func (c *Core) armRun(r *run, atMs int64) {
@@ -734,6 +782,22 @@ func (c *Core) Tick(nowMs int64, env Env) {
 			j.handle = 0
 			c.fire(j, dueAt[i], nowMs)
 			fired++
+		}
+	}
+	var expired []int64
+	c.expire.Advance(nowMs, func(_ wheel.Handle, _ int64, payload uint64) { expired = append(expired, int64(payload)) })
+	for _, id := range expired {
+		j := c.jobs[id]
+		if j == nil {
+			continue
+		}
+		j.expiry = 0
+		switch {
+		case j.j.State != messages.JobState_DONE:
+		case c.runsOf[id] > 0: // a run or retry still going: not yet
+			j.expiry = c.expire.Add(nowMs+expiryRecheckMs, uint64(id))
+		default:
+			c.emit(messages.RecordType_JOB_DELETED, &messages.JobRef{Id: id, AtMs: nowMs})
 		}
 	}
 	var dueRuns []uint64

@@ -644,12 +644,16 @@ func (v *server) pushWorkers() {
 		for _, w := range group {
 			key += w.WorkerId + "@" + w.Ref.GetAddress() + "/" + w.Ref.GetId() + ";"
 		}
+		key += "|"
+		for _, w := range byApp[sh.App] {
+			key += w.WorkerId + ";"
+		}
 		if v.groups[name] == key {
 			continue
 		}
 		v.groups[name] = key
 		v.s.tracef("%s@%s: workers [%s]", name, v.addr, key)
-		h.core.SetWorkers(v.now(), group, h)
+		h.core.SetWorkersOf(v.now(), group, byApp[sh.App], h)
 		h.after()
 	}
 }

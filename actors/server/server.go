@@ -444,10 +444,14 @@ func (a *Actor) pushWorkers(ctx actor.Context) {
 		for _, w := range group {
 			key += w.WorkerId + "@" + w.Ref.GetAddress() + "/" + w.Ref.GetId() + ";"
 		}
+		key += "|"
+		for _, w := range all {
+			key += w.WorkerId + ";"
+		}
 		if a.groups[name] == key {
 			continue
 		}
 		a.groups[name] = key
-		ctx.Send(c.pid, &shard.SetWorkers{Workers: group})
+		ctx.Send(c.pid, &shard.SetWorkers{Workers: group, All: all})
 	}
 }

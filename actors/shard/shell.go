@@ -32,8 +32,9 @@ type (
 		lsn uint64
 		err error
 	}
-	// SetWorkers hands the shard the live workers of its group.
-	SetWorkers struct{ Workers []*messages.WorkerInfo }
+	// SetWorkers hands the shard the live workers of its group (Workers) and of its
+	// app (All; nil = the group).
+	SetWorkers struct{ Workers, All []*messages.WorkerInfo }
 	// Stats asks for a ShardLoad (reply *messages.ShardLoad).
 	Stats struct{}
 	// TakeSnapshot asks the shard to snapshot itself when quiescent.
@@ -168,7 +169,11 @@ func (a *Actor) Receive(ctx actor.Context) {
 		a.wakeAt = 0
 		a.core.Tick(now, a)
 	case *SetWorkers:
-		a.core.SetWorkers(now, m.Workers, a)
+		all := m.All
+		if all == nil {
+			all = m.Workers
+		}
+		a.core.SetWorkersOf(now, m.Workers, all, a)
 	case *RetryDue:
 		a.core.RetryDue(now, m.RunID, a)
 	case *BeginHandoff:

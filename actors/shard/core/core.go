@@ -170,6 +170,7 @@ type Core struct {
 	expire *wheel.Wheel    // when each finished (DONE) job leaves; payload = job id
 
 	workers   []*messages.WorkerInfo
+	known     map[string]*messages.WorkerInfo // every live worker of the app, by id
 	rr        int
 	busy      map[string]int // in-flight per worker id
 	rng       *rand.Rand
@@ -663,6 +664,22 @@ func (c *Core) armRun(r *run, atMs int64) {
 // SetWorkers replaces the live workers this shard dispatches to, and sends runs that
 // were waiting for a worker.
 func (c *Core) SetWorkers(nowMs int64, ws []*messages.WorkerInfo, env Env) {
+	c.SetWorkersOf(nowMs, ws, ws, env)
+}
+
+// SetWorkersOf is SetWorkers for a shard of a split app: group is the shard's own
+// workers, all every live worker of the app. New runs go to the group; a run already
+// sent to a worker outside it (by the shard's previous owner, before a split) goes
+// there again, so that worker answers it instead of another one running it again.
+func (c *Core) SetWorkersOf(nowMs int64, group, all []*messages.WorkerInfo, env Env) {
+	ws := group
+	c.known = make(map[string]*messages.WorkerInfo, len(all))
+	for _, w := range all {
+		c.known[w.WorkerId] = w
+	}
+	for _, w := range group {
+		c.known[w.WorkerId] = w
+	}
 	c.now = nowMs
 	c.workers = ws
 	if len(ws) > 0 && c.frozen == nil && c.live { // a frozen (handed-off) shard must not fire (sim seed 289); before recovery ends, Recovered dispatches
@@ -910,6 +927,13 @@ func (c *Core) startRun(j *job, dueMs, nowMs int64, fire bool, runs, next int64,
 }
 
 // pickWorkers chooses where a run goes, by the job's routing policy.
+func (c *Core) route(r *run) messages.Route {
+	if j := c.jobs[r.st.JobId]; j != nil {
+		return j.j.Policy.GetRoute()
+	}
+	return messages.Route_ROUND_ROBIN
+}
+
 func (c *Core) pickWorkers(r *run) []*messages.WorkerInfo {
 	ws := c.workers
 	if len(ws) == 0 {
@@ -976,6 +1000,9 @@ func (c *Core) dispatch(r *run, nowMs int64) {
 		return
 	}
 	ws := c.pickWorkers(r)
+	if w := c.known[r.st.WorkerId]; w != nil && r.st.WorkerId != "" && c.route(r) != messages.Route_BROADCAST {
+		ws = []*messages.WorkerInfo{w} // sent before (recovery, handoff): the same worker dedupes it
+	}
 	if len(ws) == 0 {
 		r.st.WorkerId = ""
 		c.armRun(r, nowMs+NoWorkerRetryMs)

@@ -96,3 +96,36 @@ func TestSplitRecoversSplitting(t *testing.T) {
 		t.Fatalf("after restart: splitting=%v frozen=%v", c2.Splitting(), c2.Frozen())
 	}
 }
+
+// A run in flight at a split or move is sent again by the new owner to the worker
+// that has it, even outside the new shard's group: that worker dedupes it by run id,
+// where another worker would run it a second time.
+func TestRedispatchSticksToTheWorker(t *testing.T) {
+	c, e := newCore(1000)
+	w2 := &messages.WorkerInfo{WorkerId: "w2", App: "app", Ref: &messages.Ref{Address: "w", Id: "w2"}, Capacity: 4}
+	w1 := &messages.WorkerInfo{WorkerId: "w1", App: "app", Ref: wref, Capacity: 4}
+	c.SetWorkers(1000, []*messages.WorkerInfo{w2}, e)
+	reply(t, c, e, 1000, &messages.CreateJob{Job: onceJob(7, 10), RequestId: 1})
+	c.Tick(1010, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	c.BeginHandoff(&messages.Ref{Address: "t", Id: "kjob-server"}, e)
+	c.Durable(e.lsn, nil, e)
+	im := c.HandoffImports()[0]
+	n := New(Config{Shard: c.Shard(), Self: &messages.Ref{Address: "t", Id: "shard"}}, 1020, im.Epoch)
+	if err := n.LoadSnapshot(im.Snapshot, 0); err != nil {
+		t.Fatal(err)
+	}
+	e2 := &fakeEnv{}
+	n.SetWorkersOf(1020, []*messages.WorkerInfo{w1}, []*messages.WorkerInfo{w1, w2}, e2)
+	n.Recovered(1020, 0, e2)
+	var to []string
+	for _, s := range e2.take() {
+		if _, ok := s.m.(*messages.Dispatch); ok {
+			to = append(to, s.to.Id)
+		}
+	}
+	if len(to) != 1 || to[0] != "w2" {
+		t.Fatalf("re-dispatch went to %v, want the worker that has the run (w2)", to)
+	}
+}

@@ -52,6 +52,7 @@ type Core struct {
 	queue    []*messages.Dispatch
 	seen     map[key]*entry
 	order    []key // finished runs, oldest first, for eviction
+	unacked  []key // finished runs whose result the shard has not acknowledged yet
 }
 
 // New makes a worker core with capacity pool slots.
@@ -112,6 +113,7 @@ func (c *Core) Finished(nowMs int64, r *messages.RunResult) *messages.Dispatch {
 	if e := c.seen[k]; e != nil {
 		e.result, e.sentMs = r, nowMs
 		c.order = append(c.order, k)
+		c.unacked = append(c.unacked, k)
 	}
 	for len(c.order) > RememberRuns {
 		delete(c.seen, c.order[0])
@@ -137,10 +139,16 @@ func (c *Core) Acked(runID string) {
 
 // Unacked returns results to send again (no ack after ResultResendMs), with their
 // dispatches (for reply_to).
+// Only the results still waiting for an ack are walked, not every remembered run.
 func (c *Core) Unacked(nowMs int64) (rs []*messages.RunResult, to []*messages.Ref) {
-	for _, k := range c.order {
+	keep := c.unacked[:0]
+	for _, k := range c.unacked {
 		e := c.seen[k]
-		if e == nil || e.acked || e.result == nil || e.resends >= MaxResultResends || nowMs-e.sentMs < ResultResendMs {
+		if e == nil || e.acked || e.result == nil || e.resends >= MaxResultResends {
+			continue // acknowledged, forgotten or given up: no longer waiting
+		}
+		keep = append(keep, k)
+		if nowMs-e.sentMs < ResultResendMs {
 			continue
 		}
 		e.resends++
@@ -150,5 +158,7 @@ func (c *Core) Unacked(nowMs int64) (rs []*messages.RunResult, to []*messages.Re
 		rs = append(rs, r)
 		to = append(to, e.d.ReplyTo)
 	}
+	clear(c.unacked[len(keep):])
+	c.unacked = keep
 	return rs, to
 }

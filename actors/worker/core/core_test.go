@@ -64,3 +64,23 @@ func TestQueueThenRefuse(t *testing.T) {
 		t.Fatalf("next after finishing: %v, want b", next)
 	}
 }
+
+func TestUnackedResent(t *testing.T) {
+	c := New(2)
+	c.Dispatch(disp("a", 1, 1, "s"))
+	c.Dispatch(disp("b", 1, 1, "s"))
+	c.Finished(0, &messages.RunResult{RunId: "a", Attempt: 1})
+	c.Finished(0, &messages.RunResult{RunId: "b", Attempt: 1})
+	c.Acked("a")
+	if rs, _ := c.Unacked(ResultResendMs - 1); len(rs) != 0 {
+		t.Fatalf("resent before ResultResendMs: %v", rs)
+	}
+	rs, to := c.Unacked(ResultResendMs)
+	if len(rs) != 1 || rs[0].RunId != "b" || to[0].Address != "s" {
+		t.Fatalf("resent %v, want only b", rs)
+	}
+	c.Acked("b")
+	if rs, _ := c.Unacked(10 * ResultResendMs); len(rs) != 0 || len(c.unacked) != 0 {
+		t.Fatalf("after the acks: resent %v, %d waiting", rs, len(c.unacked))
+	}
+}

@@ -79,8 +79,10 @@ type Actor struct {
 	deps      Deps
 	recovered []Recovered
 	children  map[string]*child
-	opening   map[string]*opening // assigned here, SHARD_OPENED not durable yet
-	handedOn  map[string]int64    // shard → highest epoch handed on from here since start (the target's)
+	opening   map[string]*opening             // assigned here, SHARD_OPENED not durable yet
+	handedOn  map[string]int64                // shard → highest epoch handed on from here since start (the target's)
+	movingTo  map[string]*messages.Ref        // shard → the server it is being moved to (from MoveShard)
+	handedTo  map[string]*messages.RouteEntry // shard → where it went (hearsay for a fresh NameServer)
 	table     atomic.Pointer[messages.RouteTable]
 	groups    map[string]string // shard → last worker set key sent
 	mu        sync.Mutex
@@ -110,7 +112,7 @@ func New(d Deps, rec []Recovered) *Actor {
 		d.CrashAt = os.Getenv(CrashEnv)
 	}
 	return &Actor{deps: d, recovered: rec, children: map[string]*child{}, opening: map[string]*opening{},
-		handedOn: map[string]int64{}, groups: map[string]string{}, crashAt: d.CrashAt}
+		handedOn: map[string]int64{}, movingTo: map[string]*messages.Ref{}, handedTo: map[string]*messages.RouteEntry{}, groups: map[string]string{}, crashAt: d.CrashAt}
 }
 
 // Table is the last route table pushed to this server.
@@ -142,6 +144,9 @@ func (a *Actor) Receive(ctx actor.Context) {
 		if c := a.children[m.Shard]; c != nil && c.epoch == m.Epoch && m.Target != nil {
 			a.deps.Log.Info("handing off shard", "shard", m.Shard, "epoch", m.Epoch, "target", m.Target.Address)
 			ctx.Send(c.pid, &shard.BeginHandoff{Target: actor.NewPID(m.Target.Address, m.Target.Id), Split: m.Split})
+			if !m.Split {
+				a.movingTo[m.Shard] = m.Target
+			}
 		}
 	case *messages.ImportShard:
 		ctx.Respond(a.importShard(ctx, m))
@@ -154,6 +159,13 @@ func (a *Actor) Receive(ctx actor.Context) {
 				a.deps.Log.Warn("drop handed-off shard's stream", "shard", m.Shard, "err", err)
 			}
 			a.handedOn[m.Shard] = max(a.handedOn[m.Shard], c.epoch+1)
+			if to := a.movingTo[m.Shard]; to != nil {
+				// Until the target reports it, a fresh NameServer learns from this
+				// hearsay that the shard exists (and is not placed anew).
+				a.handedTo[m.Shard] = &messages.RouteEntry{Shard: m.Shard, App: c.shard.App, Level: int32(c.shard.Level), Index: c.shard.Index,
+					Owner: &messages.Ref{Address: to.Address, Id: ShardName(m.Shard)}, Epoch: c.epoch + 1}
+				delete(a.movingTo, m.Shard)
+			}
 			a.crash(CrashSourceDropped)
 		}
 	case *messages.RouteTable:
@@ -412,9 +424,7 @@ func (a *Actor) heartbeat(ctx actor.Context) *messages.ServerHeartbeat {
 		}
 		hb.Shards = append(hb.Shards, l)
 	}
-	if t := a.table.Load(); t != nil {
-		hb.Known = t.Routes
-	}
+	hb.Known = knownRoutes(a.table.Load(), a.handedTo)
 	return hb
 }
 
@@ -454,4 +464,32 @@ func (a *Actor) pushWorkers(ctx actor.Context) {
 		a.groups[name] = key
 		ctx.Send(c.pid, &shard.SetWorkers{Workers: group, All: all})
 	}
+}
+
+// knownRoutes is the server's hearsay for the NameServer: the routes of its table
+// and, for each shard it handed off, where it went (when newer than the table's;
+// an entry the table has caught up with is dropped from handed).
+func knownRoutes(t *messages.RouteTable, handed map[string]*messages.RouteEntry) []*messages.RouteEntry {
+	out := make([]*messages.RouteEntry, 0, len(t.GetRoutes())+len(handed))
+	seen := make(map[string]bool, len(t.GetRoutes()))
+	for _, r := range t.GetRoutes() {
+		if h := handed[r.Shard]; h != nil && h.Epoch > r.Epoch {
+			out = append(out, h)
+		} else {
+			delete(handed, r.Shard) // the table has caught up: the hearsay is no longer needed
+			out = append(out, r)
+		}
+		seen[r.Shard] = true
+	}
+	names := make([]string, 0, len(handed))
+	for n := range handed {
+		if !seen[n] {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		out = append(out, handed[n])
+	}
+	return out
 }

@@ -35,21 +35,47 @@ func buildKjob(t *testing.T) string {
 
 func freePorts(t *testing.T, n int) []string {
 	t.Helper()
+	portsMu.Lock()
+	defer portsMu.Unlock()
 	var out []string
 	var ls []net.Listener
-	for i := 0; i < n; i++ {
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 1000 {
+			t.Fatal("no free port pairs on loopback")
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		ls = append(ls, l)
+		p := l.Addr().(*net.TCPAddr).Port
+		// A server also listens on port+10 (its admin HTTP default): that one must be
+		// free too, and neither may have gone to another test of this process.
+		if portsUsed[p] || portsUsed[p+10] || portsUsed[p-10] {
+			continue
+		}
+		h, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+10))
+		if err != nil {
+			continue
+		}
+		ls = append(ls, h)
+		portsUsed[p], portsUsed[p+10] = true, true
 		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
 	}
 	return out
 }
+
+// portsUsed are the ports freePorts handed out (and their +10 twins): tests that run
+// side by side never get each other's.
+var (
+	portsMu   sync.Mutex
+	portsUsed = map[int]bool{}
+)
 
 type proc struct {
 	cmd  *exec.Cmd

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -17,23 +18,38 @@ import (
 	"github.com/kjob/kjob/messages"
 )
 
+// freeAddrs returns n free loopback addresses for nodes that a test may stop and
+// start again on the same address. They are drawn from 26000-32000, below the
+// kernel's ephemeral range (32768-60999), so no outgoing connection of any test
+// process can hold one while its node is down (cmd/kjob's tests use 20000-26000).
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
+	addrsMu.Lock()
+	defer addrsMu.Unlock()
 	var out []string
-	var ls []net.Listener
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 1000 {
+			t.Fatal("no free port on loopback in 26000-32000")
 		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
+		p := 26000 + rand.IntN(6000)
+		if addrsUsed[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
 		l.Close()
+		addrsUsed[p] = true
+		out = append(out, l.Addr().String())
 	}
 	return out
 }
+
+var (
+	addrsMu   sync.Mutex
+	addrsUsed = map[int]bool{}
+)
 
 // TestSkewMovesAShardLive: three nodes, one app with ten times the others' load on
 // a server that also holds another app's shard; the NameServer moves a shard away by

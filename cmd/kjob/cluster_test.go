@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -33,41 +34,39 @@ func buildKjob(t *testing.T) string {
 	return bin
 }
 
+// freePorts returns n loopback addresses for servers, each with its admin twin
+// (port+10) free too. They are drawn from below the kernel's ephemeral range
+// (32768-60999 here), so no outgoing connection of this or another test process can
+// be bound to one while a killed server is down and its restart would meet
+// "address already in use"; cluster's tests draw from 26000-32000, these from
+// 20000-26000.
 func freePorts(t *testing.T, n int) []string {
 	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
 	var out []string
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
 	for tries := 0; len(out) < n; tries++ {
 		if tries > 1000 {
-			t.Fatal("no free port pairs on loopback")
+			t.Fatal("no free port pairs on loopback in 20000-26000")
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		p := l.Addr().(*net.TCPAddr).Port
-		// A server also listens on port+10 (its admin HTTP default): that one must be
-		// free too, and neither may have gone to another test of this process.
-		if portsUsed[p] || portsUsed[p+10] || portsUsed[p-10] {
+		p := 20000 + rand.IntN(6000-10)
+		// Neither may have gone to another test of this process.
+		if portsUsed[p] || portsUsed[p+10] || portsUsed[p-10] || !portFree(p) || !portFree(p+10) {
 			continue
 		}
-		h, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+10))
-		if err != nil {
-			continue
-		}
-		ls = append(ls, h)
 		portsUsed[p], portsUsed[p+10] = true, true
-		out = append(out, l.Addr().String())
+		out = append(out, fmt.Sprintf("127.0.0.1:%d", p))
 	}
 	return out
+}
+
+func portFree(p int) bool {
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
 
 // portsUsed are the ports freePorts handed out (and their +10 twins): tests that run
@@ -91,7 +90,7 @@ func startServer(t *testing.T, bin, addr string, peers []string, data string) *p
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "server", "--listen", addr, "--peers", strings.Join(peers, ","), "--data", data, "--log-level", "warn")
+	cmd := exec.Command(bin, "server", "--listen", addr, "--peers", strings.Join(peers, ","), "--data", data, "--log-level", testLogLevel())
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -99,6 +98,15 @@ func startServer(t *testing.T, bin, addr string, peers []string, data string) *p
 	p := &proc{cmd: cmd, addr: addr, data: data, log: logf}
 	t.Cleanup(func() { p.kill() })
 	return p
+}
+
+// testLogLevel is the servers' log level in these tests: warn, or $KJOB_TEST_LOG_LEVEL
+// when chasing a failure.
+func testLogLevel() string {
+	if l := os.Getenv("KJOB_TEST_LOG_LEVEL"); l != "" {
+		return l
+	}
+	return "warn"
 }
 
 func (p *proc) kill() {
@@ -243,14 +251,8 @@ func TestThreeProcessCluster(t *testing.T) {
 	for _, app := range apps {
 		for _, id := range ids[app] {
 			if !eventually(30*time.Second, func() bool { return workers[app].count(id) >= 1 }) {
-				st, err := c.Status(ctx)
-				rs, rerr := c.Runs(ctx, app, id, 5)
-				t.Logf("runs of %d: %v %v", id, rs, rerr)
-				for _, p := range procs {
-					b, _ := os.ReadFile(p.log)
-					t.Logf("server %s log:\n%s", p.addr, b)
-				}
-				t.Fatalf("job %d of %s never fired; status %v %v", id, app, st, err)
+				dumpCluster(t, c, procs, app, id)
+				t.Fatalf("job %d of %s never fired", id, app)
 			}
 		}
 	}
@@ -269,7 +271,10 @@ func TestThreeProcessCluster(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	procs[victim] = startServer(t, bin, victim, addrs, procs[victim].data)
 	for _, id := range pending {
-		waitUntil(t, 45*time.Second, fmt.Sprintf("acknowledged job %d after the owner's restart", id), func() bool { return workers["billing"].count(id) >= 1 })
+		if !eventually(45*time.Second, func() bool { return workers["billing"].count(id) >= 1 }) {
+			dumpCluster(t, c, procs, "billing", id)
+			t.Fatalf("timed out after 45s waiting for acknowledged job %d after the owner's restart", id)
+		}
 	}
 
 	// Phase 3: kill the node hosting the NameServer; routing recovers on the others.
@@ -337,6 +342,24 @@ func TestThreeProcessCluster(t *testing.T) {
 			}
 		}
 		w.mu.Unlock()
+	}
+}
+
+// dumpCluster logs what the cluster knows of one job of app, its status and every
+// server's log, for a test about to fail on that job.
+func dumpCluster(t *testing.T, c *cluster.Client, procs map[string]*proc, app string, id int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	j, jerr := c.Get(ctx, app, id)
+	t.Logf("job %d of %s: %v %v", id, app, j, jerr)
+	rs, rerr := c.Runs(ctx, app, id, 5)
+	t.Logf("runs of %d: %v %v", id, rs, rerr)
+	st, serr := c.Status(ctx)
+	t.Logf("status: %v %v", st, serr)
+	for _, p := range procs {
+		b, _ := os.ReadFile(p.log)
+		t.Logf("server %s log:\n%s", p.addr, b)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -67,6 +68,7 @@ type Node struct {
 	system  *actor.ActorSystem
 	cl      *pcluster.Cluster
 	journal *persistence.Journal
+	handed  server.HandedOnFile // the epochs shards were handed on at from here
 	server  *actor.PID
 	actor   *server.Actor
 	ns      atomic.Pointer[actor.PID]
@@ -133,7 +135,8 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, stop: make(chan struct{}), log: cfg.Log, started: time.Now()}
+	n := &Node{cfg: cfg, stop: make(chan struct{}), log: cfg.Log, started: time.Now(),
+		handed: server.HandedOnFile(filepath.Join(cfg.DataDir, "handed-on.json"))}
 	n.metrics = newMetrics(n)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
@@ -218,6 +221,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 			NameServer: func() *actor.PID { return n.ns.Load() },
 			NewCore:    n.newCore,
 			Alerts:     cfg.AlertHooks,
+			HandedOn:   n.handed,
 		}, recovered)
 		// Spawned after the remote started, so its PIDs (and its shards') carry the
 		// real address rather than "nonhost".
@@ -349,15 +353,34 @@ func (n *Node) recover() ([]server.Recovered, error) {
 		return nil, fmt.Errorf("recover journal in %s: %w", n.cfg.DataDir, err)
 	}
 	durable := n.journal.DurableLSN()
+	handed, err := n.handed.Load()
+	if err != nil {
+		return nil, fmt.Errorf("shards handed on from here: %w", err)
+	}
 	out := make([]server.Recovered, 0, len(order))
+	var drop []uint64
+	changed := false
 	for _, st := range order {
-		if cores[st].Closed() { // handed off before the crash: finish dropping it
-			if err := n.journal.DropStream(st); err != nil {
-				return nil, fmt.Errorf("drop handed-off stream %d: %w", st, err)
+		c := cores[st]
+		if c.Closed() { // handed off before the crash: finish dropping it
+			if name := c.Shard().String(); handed[name] < c.Epoch()+1 {
+				handed[name], changed = c.Epoch()+1, true
 			}
+			drop = append(drop, st)
 			continue
 		}
-		out = append(out, server.Recovered{Core: cores[st], DurableLSN: durable})
+		out = append(out, server.Recovered{Core: c, DurableLSN: durable})
+	}
+	// Saved before the streams go: their records are what says so until then.
+	if changed {
+		if err := n.handed.Save(handed); err != nil {
+			return nil, fmt.Errorf("save the shards handed on from here: %w", err)
+		}
+	}
+	for _, st := range drop {
+		if err := n.journal.DropStream(st); err != nil {
+			return nil, fmt.Errorf("drop handed-off stream %d: %w", st, err)
+		}
 	}
 	return out, nil
 }

@@ -43,6 +43,9 @@ type Deps struct {
 	// CrashAt is a crash point (crash.go) for tests of real processes; empty takes
 	// the environment's CrashEnv, unset in production.
 	CrashAt string
+	// HandedOn keeps the epochs shards were handed on at from here across restarts
+	// (handed.go); nil keeps them since start only. New loads it.
+	HandedOn HandedOnStore
 }
 
 // Recovered is a shard found in the journal at start.
@@ -111,8 +114,19 @@ func New(d Deps, rec []Recovered) *Actor {
 	if d.CrashAt == "" {
 		d.CrashAt = os.Getenv(CrashEnv)
 	}
+	handedOn := map[string]int64{}
+	if d.HandedOn != nil {
+		m, err := d.HandedOn.Load()
+		if err != nil {
+			// The node loads it before (and fails to start on a bad file); here it
+			// can only have gone bad since.
+			d.Log.Error("load the shards handed on from here", "err", err)
+		} else {
+			handedOn = m
+		}
+	}
 	return &Actor{deps: d, recovered: rec, children: map[string]*child{}, opening: map[string]*opening{},
-		handedOn: map[string]int64{}, movingTo: map[string]*messages.Ref{}, handedTo: map[string]*messages.RouteEntry{}, groups: map[string]string{}, crashAt: d.CrashAt}
+		handedOn: handedOn, movingTo: map[string]*messages.Ref{}, handedTo: map[string]*messages.RouteEntry{}, groups: map[string]string{}, crashAt: d.CrashAt}
 }
 
 // Table is the last route table pushed to this server.
@@ -155,10 +169,15 @@ func (a *Actor) Receive(ctx actor.Context) {
 			ctx.Stop(c.pid)
 			delete(a.children, m.Shard)
 			delete(a.groups, m.Shard)
-			if err := a.deps.Journal.DropStream(c.stream); err != nil {
+			a.handedOn[m.Shard] = max(a.handedOn[m.Shard], c.epoch+1)
+			// The stream goes only once the epoch handed on is saved: until then its
+			// SHARD_HANDOFF/SHARD_CLOSED records are what tells a restart (recovery
+			// saves it from them).
+			if err := a.saveHandedOn(); err != nil {
+				a.deps.Log.Error("save the shards handed on from here; the stream is kept", "shard", m.Shard, "err", err)
+			} else if err := a.deps.Journal.DropStream(c.stream); err != nil {
 				a.deps.Log.Warn("drop handed-off shard's stream", "shard", m.Shard, "err", err)
 			}
-			a.handedOn[m.Shard] = max(a.handedOn[m.Shard], c.epoch+1)
 			if to := a.movingTo[m.Shard]; to != nil {
 				// Until the target reports it, a fresh NameServer learns from this
 				// hearsay that the shard exists (and is not placed anew).
@@ -338,16 +357,21 @@ func (a *Actor) importShard(ctx actor.Context, m *messages.ImportShard) *message
 	return &messages.ImportShardReply{Shard: l}
 }
 
+// saveHandedOn writes handedOn to the store (if any).
+func (a *Actor) saveHandedOn() error {
+	if a.deps.HandedOn == nil {
+		return nil
+	}
+	return a.deps.HandedOn.Save(a.handedOn)
+}
+
 // movedOn says whether shard has been held at epoch (or later) and moved on since,
-// as far as this server knows: it handed it on itself (since it started), or the
-// route table has a later epoch. Epochs only grow by handoffs, each from the one
-// owner of the epoch before, and the import of an epoch comes only from the owner
-// of the one before: a later epoch means this import's epoch was created and
-// handed on already, and this copy of it is stale.
-//
-// The route table is soft state (a fresh NameServer may not have the route yet),
-// so this narrows the window rather than closing it: closing it needs the journal
-// to keep the highest epoch handed on from here across DropStream and restarts.
+// as far as this server knows: it handed it on itself (kept across restarts by
+// Deps.HandedOn), or the route table has a later epoch. Epochs only grow by
+// handoffs, each from the one owner of the epoch before, and the import of an epoch
+// comes only from the owner of the one before: a later epoch means this import's
+// epoch was created and handed on already, and this copy of it is stale. (The
+// route table alone is soft state: a fresh NameServer may not have the route yet.)
 func (a *Actor) movedOn(shard string, epoch int64) *messages.ShardLoad {
 	if e, ok := a.handedOn[shard]; ok && e >= epoch {
 		l := &messages.ShardLoad{Shard: shard, Epoch: e}

@@ -141,6 +141,10 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
+	incarnation, err := server.NextIncarnation(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("count this start: %w", err)
+	}
 	// The journal is opened and replayed while the cluster member starts: proto.actor's
 	// StartMember ends with a fixed one-second sleep, which the replay of a large
 	// journal now fills instead of following. Nothing of the member needs the shards
@@ -221,7 +225,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 			NameServer: func() *actor.PID { return n.ns.Load() },
 			NewCore:    n.newCore,
 			Alerts:     cfg.AlertHooks,
-			HandedOn:   n.handed,
+			HandedOn:   n.handed, Incarnation: incarnation,
 		}, recovered)
 		// Spawned after the remote started, so its PIDs (and its shards') carry the
 		// real address rather than "nonhost".

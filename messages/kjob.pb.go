@@ -2748,7 +2748,8 @@ type ServerHeartbeat struct {
 	Address       string                 `protobuf:"bytes,7,opt,name=address,proto3" json:"address,omitempty"`
 	Workers       int32                  `protobuf:"varint,8,opt,name=workers,proto3" json:"workers,omitempty"`
 	SuccessRate   float64                `protobuf:"fixed64,9,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
-	Known         []*RouteEntry          `protobuf:"bytes,10,rep,name=known,proto3" json:"known,omitempty"` // routes the server last heard of (hearsay for a fresh NameServer)
+	Known         []*RouteEntry          `protobuf:"bytes,10,rep,name=known,proto3" json:"known,omitempty"`              // routes the server last heard of (hearsay for a fresh NameServer)
+	Incarnation   int64                  `protobuf:"varint,11,opt,name=incarnation,proto3" json:"incarnation,omitempty"` // grows with every start of the server on its data (0 = unknown): orders two member ids at one address
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2851,6 +2852,13 @@ func (x *ServerHeartbeat) GetKnown() []*RouteEntry {
 		return x.Known
 	}
 	return nil
+}
+
+func (x *ServerHeartbeat) GetIncarnation() int64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 type WorkerInfo struct {
@@ -4914,7 +4922,7 @@ const file_kjob_proto_rawDesc = "" +
 	"\vfires_total\x18\x05 \x01(\x03R\n" +
 	"firesTotal\x12\x1e\n" +
 	"\x03pid\x18\x06 \x01(\v2\f.kjob.v1.RefR\x03pid\x12\x16\n" +
-	"\x06frozen\x18\a \x01(\bR\x06frozen\"\xbf\x02\n" +
+	"\x06frozen\x18\a \x01(\bR\x06frozen\"\xe1\x02\n" +
 	"\x0fServerHeartbeat\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12$\n" +
 	"\x06server\x18\x02 \x01(\v2\f.kjob.v1.RefR\x06server\x12*\n" +
@@ -4926,7 +4934,8 @@ const file_kjob_proto_rawDesc = "" +
 	"\aworkers\x18\b \x01(\x05R\aworkers\x12!\n" +
 	"\fsuccess_rate\x18\t \x01(\x01R\vsuccessRate\x12)\n" +
 	"\x05known\x18\n" +
-	" \x03(\v2\x13.kjob.v1.RouteEntryR\x05known\"\x8b\x01\n" +
+	" \x03(\v2\x13.kjob.v1.RouteEntryR\x05known\x12 \n" +
+	"\vincarnation\x18\v \x01(\x03R\vincarnation\"\x8b\x01\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x10\n" +

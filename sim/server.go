@@ -607,7 +607,7 @@ func (v *server) heartbeat() {
 	if ns == nil {
 		return
 	}
-	hb := &messages.ServerHeartbeat{ServerId: v.id, Server: v.ref, SentMs: v.now(), Address: v.addr, SuccessRate: 1}
+	hb := &messages.ServerHeartbeat{ServerId: v.id, Server: v.ref, SentMs: v.now(), Address: v.addr, SuccessRate: 1, Incarnation: int64(v.inc)}
 	for _, n := range v.hostNames() {
 		h := v.shards[n]
 		if h.core.Failed() == nil && h.reported() {

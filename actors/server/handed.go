@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 )
 
 // HandedOnStore keeps, across restarts, the highest epoch each shard was handed
@@ -53,7 +55,12 @@ func (f HandedOnFile) Save(m map[string]int64) error {
 	if err != nil {
 		return err
 	}
-	path := string(f)
+	return writeFileDurable(string(f), b)
+}
+
+// writeFileDurable replaces path with b atomically and durably: a temporary file,
+// fsync, rename, fsync of the directory.
+func writeFileDurable(path string, b []byte) error {
 	tmp := path + ".tmp"
 	w, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -78,4 +85,28 @@ func (f HandedOnFile) Save(m map[string]int64) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// NextIncarnation counts a start of the server on the data in dir: it reads the
+// count kept in dir/incarnation, adds one and saves it durably before it returns
+// it. Heartbeats carry it, so the NameServer can tell which of two member ids seen
+// at one address is the process restarted since (a member id is random).
+func NextIncarnation(dir string) (int64, error) {
+	path := filepath.Join(dir, "incarnation")
+	var n int64
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return 0, err
+	default:
+		if n, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err != nil || n < 0 {
+			return 0, fmt.Errorf("%s: not a count of starts: %q", path, b)
+		}
+	}
+	n++
+	if err := writeFileDurable(path, []byte(strconv.FormatInt(n, 10)+"\n")); err != nil {
+		return 0, err
+	}
+	return n, nil
 }

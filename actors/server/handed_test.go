@@ -116,3 +116,22 @@ func TestHandedOnSurvivesRestart(t *testing.T) {
 		t.Fatalf("%d SHARD_IMPORTED records, want 1 (epoch 4)", n)
 	}
 }
+
+// TestNextIncarnation: each start counts one more, durably; a corrupt count is an
+// error that names the file.
+func TestNextIncarnation(t *testing.T) {
+	dir := t.TempDir()
+	for want := int64(1); want <= 3; want++ {
+		n, err := NextIncarnation(dir)
+		if err != nil || n != want {
+			t.Fatalf("start %d: incarnation %d, %v", want, n, err)
+		}
+	}
+	path := filepath.Join(dir, "incarnation")
+	if err := os.WriteFile(path, []byte("x1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NextIncarnation(dir); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("corrupt count: %v, want an error naming %s", err, path)
+	}
+}

@@ -46,6 +46,9 @@ type Deps struct {
 	// HandedOn keeps the epochs shards were handed on at from here across restarts
 	// (handed.go); nil keeps them since start only. New loads it.
 	HandedOn HandedOnStore
+	// Incarnation counts the starts of this server on its data (NextIncarnation);
+	// heartbeats carry it. 0 = unknown.
+	Incarnation int64
 }
 
 // Recovered is a shard found in the journal at start.
@@ -155,6 +158,13 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *openDurable:
 		a.opened(ctx, m)
 	case *messages.MoveShard:
+		if self := ctx.Self(); !m.Split && m.Target.GetAddress() == self.Address && m.Target.GetId() == self.Id {
+			// A move to here is a stale order (the NameServer took a restart of this
+			// process for another server): the shard would hand itself to itself and
+			// stay frozen, its import refused forever. The order lapses unanswered.
+			a.deps.Log.Warn("move of a shard to the server it is on: ignored", "shard", m.Shard, "epoch", m.Epoch)
+			return
+		}
 		if c := a.children[m.Shard]; c != nil && c.epoch == m.Epoch && m.Target != nil {
 			a.deps.Log.Info("handing off shard", "shard", m.Shard, "epoch", m.Epoch, "target", m.Target.Address)
 			ctx.Send(c.pid, &shard.BeginHandoff{Target: actor.NewPID(m.Target.Address, m.Target.Id), Split: m.Split})
@@ -432,7 +442,8 @@ func (a *Actor) spawn(ctx actor.Context, core *shardcore.Core, open bool, lsn ui
 
 func (a *Actor) heartbeat(ctx actor.Context) *messages.ServerHeartbeat {
 	hb := &messages.ServerHeartbeat{ServerId: a.deps.ServerID, Server: &messages.Ref{Address: ctx.ActorSystem().Address(), Id: ctx.Self().Id},
-		SentMs: time.Now().UnixMilli(), Address: ctx.ActorSystem().Address(), Cpu: cpuLoad(), Mem: memLoad(), SuccessRate: 1}
+		SentMs: time.Now().UnixMilli(), Address: ctx.ActorSystem().Address(), Cpu: cpuLoad(), Mem: memLoad(), SuccessRate: 1,
+		Incarnation: a.deps.Incarnation}
 	names := make([]string, 0, len(a.children))
 	for n := range a.children {
 		names = append(names, n)

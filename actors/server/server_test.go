@@ -447,3 +447,67 @@ func TestPullsTheRouteTable(t *testing.T) {
 		t.Fatalf("table after the pull's answer: %v, want version 3", tb)
 	}
 }
+
+// TestMoveToItselfIsIgnored: a move whose target is this very server (a stale order
+// from a NameServer that took this process's restart for another server) is not
+// begun: the shard would hand itself to itself, its import refused forever.
+func TestMoveToItselfIsIgnored(t *testing.T) {
+	j := &heldJournal{}
+	sys, pid, _ := startServer(t, j)
+	stop := make(chan struct{})
+	defer close(stop)
+	go releaseWhileWaiting(j, stop)
+	if r, err := sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 3*time.Second).Result(); err != nil {
+		t.Fatalf("assign: %v %v", r, err)
+	}
+	sys.Root.Send(pid, &messages.MoveShard{Shard: "app/0/0", Epoch: 1, Target: &messages.Ref{Address: pid.Address, Id: pid.Id}})
+	shardPID := actor.NewPID(pid.Address, pid.Id+"/"+ShardName("app/0/0"))
+	create := &messages.CreateJob{Job: &messages.Job{Id: 7, App: "app", Handler: "h",
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 3_600_000}}}
+	r, err := sys.Root.RequestFuture(shardPID, create, 3*time.Second).Result()
+	if err != nil || r.(*messages.JobReply).Error != nil {
+		t.Fatalf("create after a move to itself: %v %v", r, err)
+	}
+	if n := j.count(messages.RecordType_SHARD_HANDOFF); n != 0 {
+		t.Fatalf("%d SHARD_HANDOFF records after a move to itself, want 0", n)
+	}
+}
+
+// TestFailedImportWaitsBeforeRetrying: after a refused import the shard waits
+// HandoffRetry before the next, however many messages it gets meanwhile (each one
+// used to start another import at once: thousands a second, all refused).
+func TestFailedImportWaitsBeforeRetrying(t *testing.T) {
+	j := &heldJournal{}
+	sys, pid, _ := startServer(t, j)
+	stop := make(chan struct{})
+	defer close(stop)
+	go releaseWhileWaiting(j, stop)
+	if r, err := sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 3*time.Second).Result(); err != nil {
+		t.Fatalf("assign: %v %v", r, err)
+	}
+	var mu sync.Mutex
+	imports := 0
+	target := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(*messages.ImportShard); ok {
+			mu.Lock()
+			imports++
+			mu.Unlock()
+			ctx.Respond(&messages.ImportShardReply{Error: &messages.Error{Code: messages.Code_UNAVAILABLE, Message: "not now"}})
+		}
+	}))
+	sys.Root.Send(pid, &messages.MoveShard{Shard: "app/0/0", Epoch: 1, Target: &messages.Ref{Address: target.Address, Id: target.Id}})
+	shardPID := actor.NewPID(pid.Address, pid.Id+"/"+ShardName("app/0/0"))
+	deadline := time.Now().Add(shard.HandoffRetry / 2)
+	sent := 0
+	for time.Now().Before(deadline) {
+		sys.Root.Send(shardPID, &messages.GetJob{App: "app", Id: 7})
+		sent++
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	n := imports
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d imports within half of HandoffRetry (%d messages to the frozen shard), want 1", n, sent)
+	}
+}

@@ -49,7 +49,7 @@ func handoffTimeout(snapshotBytes int) time.Duration {
 
 func (a *Actor) tryHandoff() {
 	target := a.core.Handoff()
-	if target == nil || a.handoffBusy || !a.core.Quiescent() || a.core.Failed() != nil {
+	if target == nil || a.handoffBusy || a.handoffWait || !a.core.Quiescent() || a.core.Failed() != nil {
 		return
 	}
 	a.handoffBusy = true
@@ -86,7 +86,10 @@ func (a *Actor) importNext(ctx actor.Context, target *messages.Ref, imports []*m
 			}
 		}
 		if err != nil {
-			a.handoffBusy = false
+			// Wait out HandoffRetry before the next attempt: every message this
+			// frozen shard receives (callers retrying, worker results) would start
+			// another one at once.
+			a.handoffBusy, a.handoffWait = false, true
 			a.log.Warn("shard handoff: import failed; retrying", "shard", name, "import", im.Shard, "target", target.Address, "err", err)
 			self, sys := ctx.Self(), ctx.ActorSystem()
 			time.AfterFunc(HandoffRetry, func() { sys.Root.Send(self, &retryHandoff{}) })

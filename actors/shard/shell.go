@@ -78,6 +78,7 @@ type Actor struct {
 	dead          *actor.PID         // dead-letter child
 	alerts        []AlertHook
 	handoffBusy   bool     // an import request is in flight (handoff.go)
+	handoffWait   bool     // an import failed; the next waits for retryHandoff
 	obs           observer // metrics and debug logs (metrics.go)
 	dur           durableMark
 	durFailLogged bool
@@ -183,6 +184,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 			a.core.BeginHandoff(&messages.Ref{Address: m.Target.Address, Id: m.Target.Id}, a)
 		}
 	case *retryHandoff:
+		a.handoffWait = false
 	case *Stats:
 		ctx.Respond(a.load(now))
 		return

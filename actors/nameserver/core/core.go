@@ -91,6 +91,7 @@ type Core struct {
 	started      int64
 	strategy     Strategy
 	servers      map[string]*server
+	gone         map[string]int64 // member id → when a newer incarnation at its address superseded it
 	workers      map[string]*worker
 	routes       map[string]*messages.RouteEntry
 	version      int64
@@ -117,7 +118,7 @@ func New(nowMs int64, s Strategy) *Core {
 	if s == nil {
 		s = LeastScheduleCount{}
 	}
-	return &Core{started: nowMs, strategy: s, servers: map[string]*server{}, workers: map[string]*worker{},
+	return &Core{started: nowMs, strategy: s, servers: map[string]*server{}, gone: map[string]int64{}, workers: map[string]*worker{},
 		routes: map[string]*messages.RouteEntry{}, leases: map[int64]*lease{}, subs: map[string]int64{},
 		subRefs: map[string]*messages.Ref{}, pending: map[string]pendingAssign{}, moves: map[string]*move{}, version: nowMs,
 		split: SplitPolicy{Workers: DefaultSplitWorkers, Fires: DefaultSplitFires}}
@@ -198,8 +199,14 @@ func refKey(r *messages.Ref) string { return r.GetAddress() + "/" + r.GetId() }
 
 // ServerHeartbeat records a server's report and adopts the shards it owns.
 func (c *Core) ServerHeartbeat(nowMs int64, hb *messages.ServerHeartbeat, env Env) {
+	if _, ok := c.gone[hb.ServerId]; ok {
+		return // a late heartbeat of a process restarted since
+	}
 	s := c.servers[hb.ServerId]
 	if s == nil {
+		if c.superseded(nowMs, hb) {
+			return
+		}
 		s = &server{}
 		c.servers[hb.ServerId] = s
 		c.dirty, c.workersDirty = true, true // a new server needs the whole table and the workers
@@ -275,6 +282,42 @@ func (c *Core) prune() {
 	}
 }
 
+// superseded settles two member ids at one address: one process serves an
+// address, so the one with the lower incarnation is a process restarted since, gone
+// for good. Left alive until its expiry, the old id would keep its shards' routes
+// (the restarted process reports them at the same epoch) and look like the busiest
+// server next to an empty new one: the strategy would move a shard from the old id
+// to the new — one process, which would hand the shard to itself. The old id's
+// moves end here and its routes pass to whoever reports them next; assignments
+// sent to it stay pending (the process now at its address got them). The old id is
+// remembered (gone) for a while, so its heartbeats still on their way are not taken
+// for a server. It says whether hb itself is the old one (and is to be ignored).
+// Without incarnations on both sides nothing is decided: the old id expires.
+func (c *Core) superseded(nowMs int64, hb *messages.ServerHeartbeat) bool {
+	addr := hb.GetServer().GetAddress()
+	if addr == "" || hb.Incarnation == 0 {
+		return false
+	}
+	for id, s := range c.servers {
+		if id == hb.ServerId || s.hb.GetServer().GetAddress() != addr || s.hb.Incarnation == 0 {
+			continue
+		}
+		if s.hb.Incarnation > hb.Incarnation {
+			c.gone[hb.ServerId] = nowMs
+			return true
+		}
+		delete(c.servers, id)
+		c.gone[id] = nowMs
+		for sh, mv := range c.moves {
+			if mv.From == id || mv.To == id {
+				delete(c.moves, sh)
+			}
+		}
+		c.dirty = true
+	}
+	return false
+}
+
 func (c *Core) alive(serverID string) bool {
 	s := c.servers[serverID]
 	return s != nil && s.alive
@@ -314,6 +357,11 @@ func (c *Core) Tick(nowMs int64, env Env) {
 	for id, s := range c.servers {
 		if !s.alive && nowMs-s.lastSeen > 10*ServerExpiryMs {
 			delete(c.servers, id) // its routes stay: the shards are unavailable, not gone
+		}
+	}
+	for id, at := range c.gone {
+		if nowMs-at > 10*ServerExpiryMs {
+			delete(c.gone, id)
 		}
 	}
 	for id, w := range c.workers {

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -137,5 +138,77 @@ func TestSplitByWorkers(t *testing.T) {
 	}
 	if !strings.Contains(c.LastSplitReason(), "4 live workers") {
 		t.Fatalf("reason %q", c.LastSplitReason())
+	}
+}
+
+// A server restarted on its address registers under a new id and reports its shards
+// at the same epoch, with its fire window empty. The old id must go at once: left
+// alive until its expiry, it looks like the busiest server next to an empty one,
+// and the strategy moves a shard from it to the new id — the same process, which
+// would hand the shard to itself and stay frozen.
+func TestRestartAtSameAddressSupersedesOldID(t *testing.T) {
+	env := &sendLog{}
+	c := New(0, nil)
+	c.SetMembers([]string{"a:1", "b:1"})
+	old := func() *messages.ServerHeartbeat {
+		h := hb("a:1", load("hot/0/0", 1, 100, "a:1"))
+		h.Incarnation = 1
+		return h
+	}
+	c.ServerHeartbeat(0, old(), env)
+	c.ServerHeartbeat(0, hb("b:1", load("cold/0/0", 1, 60, "b:1")), env)
+	now := int64(MoveCooldownMs + 1)
+	c.ServerHeartbeat(now, old(), env)
+	c.ServerHeartbeat(now, hb("b:1", load("cold/0/0", 1, 60, "b:1")), env)
+	c.Tick(now, env)
+	if mv := moves(env); len(mv) != 0 {
+		t.Fatalf("moves %v before the restart (100 <= 2*60)", mv)
+	}
+	// a:1 restarts: a new id, the same address, the shard at the same epoch.
+	restarted := hb("a:1", load("hot/0/0", 1, 0, "a:1"))
+	restarted.ServerId, restarted.Incarnation = "a:1-id2", 2
+	c.ServerHeartbeat(now+300, restarted, env)
+	c.ServerHeartbeat(now+300, hb("b:1", load("cold/0/0", 1, 60, "b:1")), env)
+	c.Tick(now+300, env)
+	for _, mv := range moves(env) {
+		if mv.Shard == "hot/0/0" {
+			t.Fatalf("move %v: hot/0/0 handed from a:1 to a:1", mv)
+		}
+	}
+	if rt := c.routes["hot/0/0"]; rt == nil || rt.ServerId != "a:1-id2" {
+		t.Fatalf("route of hot/0/0 %v, want it on the new id", rt)
+	}
+	st := c.Status(now + 300)
+	for _, s := range st.Servers {
+		if s.GetServerId() == "a:1-id" {
+			t.Fatalf("status still lists the old id: %v", st.Servers)
+		}
+	}
+	if len(st.Servers) != 2 {
+		t.Fatalf("status servers %v, want a:1 (new id) and b:1", st.Servers)
+	}
+}
+
+// A heartbeat of the old process still on its way after the restart's first one
+// is not taken for a server, whether the NameServer knew the old id before or
+// (fresh after a move of its own) hears of it only now.
+func TestLateHeartbeatOfSupersededID(t *testing.T) {
+	mk := func(id string, inc int64, fires int64) *messages.ServerHeartbeat {
+		h := hb("a:1", load("hot/0/0", 1, fires, "a:1"))
+		h.ServerId, h.Incarnation = id, inc
+		return h
+	}
+	for _, order := range [][]int64{{1, 2, 1}, {2, 1, 1}} {
+		env := &sendLog{}
+		c := New(0, nil)
+		for i, inc := range order {
+			c.ServerHeartbeat(int64(300*i), mk(fmt.Sprintf("a:1-id%d", inc), inc, 100/inc), env)
+		}
+		if rt := c.routes["hot/0/0"]; rt == nil || rt.ServerId != "a:1-id2" {
+			t.Fatalf("order %v: route of hot/0/0 %v, want the new id", order, rt)
+		}
+		if st := c.Status(600); len(st.Servers) != 1 || st.Servers[0].ServerId != "a:1-id2" {
+			t.Fatalf("order %v: status servers %v, want only the new id", order, st.Servers)
+		}
 	}
 }

@@ -68,7 +68,7 @@ func (c *Core) command(m proto.Message, nowMs int64) proto.Message {
 		if e != nil {
 			return &messages.JobReply{Error: e}
 		}
-		return &messages.JobReply{Job: proto.Clone(j.j).(*messages.Job)}
+		return &messages.JobReply{Job: jobCopy(j.j)}
 	case *messages.DeleteJob:
 		j, e := c.lookup(x.App, x.Id)
 		if e != nil {
@@ -87,7 +87,7 @@ func (c *Core) command(m proto.Message, nowMs int64) proto.Message {
 			return &messages.JobReply{Error: kerr.Invalid("params", "%d bytes exceeds the limit of %d bytes", len(x.Params), MaxParamsBytes)}
 		}
 		c.startRun(j, nowMs, nowMs, false, j.j.Runs, 0, x.Params, x.HasParams)
-		return &messages.JobReply{Job: proto.Clone(j.j).(*messages.Job)}
+		return &messages.JobReply{Job: jobCopy(j.j)}
 	case *messages.ListJobs:
 		return c.list(x)
 	case *messages.GetRuns:
@@ -211,7 +211,7 @@ func (c *Core) create(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 	}
 	if old := c.jobs[in.Id]; old != nil {
 		if sameDefinition(old.j, in) { // a retried create: idempotent
-			return proto.Clone(old.j).(*messages.Job), nil
+			return jobCopy(old.j), nil
 		}
 		return nil, kerr.New(messages.Code_ALREADY_EXISTS, "id", "job %d exists with a different definition", in.Id)
 	}
@@ -226,8 +226,9 @@ func (c *Core) create(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 	if d, ok := sc.First(nowMs, 0); ok {
 		j.NextDueMs = d
 	}
+	c.compiled = compiledFor{sched: j.Schedule, createdMs: nowMs, sc: sc} // apply takes it instead of compiling again
 	c.emit(messages.RecordType_JOB_PUT, j)
-	return proto.Clone(c.jobs[in.Id].j).(*messages.Job), nil
+	return jobCopy(c.jobs[in.Id].j), nil
 }
 
 func (c *Core) update(in *messages.Job, nowMs int64) (*messages.Job, *messages.Error) {
@@ -267,7 +268,7 @@ func (c *Core) update(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 		j.CreatedMs = nowMs // the delay was resolved against now
 	}
 	c.emit(messages.RecordType_JOB_PUT, j)
-	return proto.Clone(c.jobs[j.Id].j).(*messages.Job), nil
+	return jobCopy(c.jobs[j.Id].j), nil
 }
 
 // waitsForFinish reports whether job j (the new definition of old) is fixed-delay
@@ -307,7 +308,7 @@ func (c *Core) pauseResume(m proto.Message, nowMs int64) proto.Message {
 	j.UpdatedMs = nowMs
 	j.RequestId = c.reqID
 	c.emit(messages.RecordType_JOB_PUT, j)
-	return &messages.JobReply{Job: proto.Clone(c.jobs[id].j).(*messages.Job)}
+	return &messages.JobReply{Job: jobCopy(c.jobs[id].j)}
 }
 
 func (c *Core) list(x *messages.ListJobs) proto.Message {
@@ -341,7 +342,7 @@ func (c *Core) list(x *messages.ListJobs) proto.Message {
 			out.NextAfterId = ids[i-1]
 			break
 		}
-		out.Jobs = append(out.Jobs, proto.Clone(c.jobs[id].j).(*messages.Job))
+		out.Jobs = append(out.Jobs, jobCopy(c.jobs[id].j))
 	}
 	return out
 }
@@ -466,4 +467,37 @@ func (c *Core) result(res *messages.RunResult, from *messages.Ref, nowMs int64) 
 	}
 	c.finish(r, res, nowMs)
 	c.send(from, ack)
+}
+
+// jobCopy is a copy of a stored job for a reply, which leaves the shard's
+// goroutine (it is marshalled later by the remote writer, or read by an in-process
+// caller) while the shard goes on changing the stored job's fields in place. Only
+// the top-level fields are copied: the shard never changes a stored job's
+// Schedule, Policy or Params in place (an update or trigger replaces them whole),
+// so sharing them is safe, and a create's reply costs one allocation instead of a
+// reflective deep proto.Clone (TestJobCopyCopiesEveryField keeps it complete).
+func jobCopy(j *messages.Job) *messages.Job {
+	return &messages.Job{Id: j.Id, App: j.App, Handler: j.Handler, Params: j.Params, Schedule: j.Schedule,
+		Policy: j.Policy, State: j.State, Version: j.Version, CreatedMs: j.CreatedMs, UpdatedMs: j.UpdatedMs,
+		NextDueMs: j.NextDueMs, Runs: j.Runs, LastDueMs: j.LastDueMs, LastFinishMs: j.LastFinishMs, RequestId: j.RequestId}
+}
+
+// compiledFor is a schedule compiled by validate, handed to the apply of the
+// record just emitted so a create compiles its schedule once, not twice.
+type compiledFor struct {
+	sched     *messages.Schedule
+	createdMs int64
+	sc        *schedule.Compiled
+}
+
+// take returns the compiled schedule of jm when it is the one handed over, and
+// forgets it either way.
+func (f *compiledFor) take(jm *messages.Job) *schedule.Compiled {
+	sc := f.sc
+	ok := sc != nil && f.sched == jm.Schedule && f.createdMs == jm.CreatedMs
+	*f = compiledFor{}
+	if ok {
+		return sc
+	}
+	return nil
 }

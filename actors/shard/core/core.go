@@ -159,15 +159,16 @@ type Core struct {
 	stream uint64
 	epoch  int64
 
-	jobs   map[int64]*job
-	due    *wheel.Wheel // next fire per job; payload = job id
-	runs   map[string]*run
-	bySeq  map[uint64]*run
-	timers *wheel.Wheel // per run; payload = run seq
-	runSeq uint64
-	dead   map[string]*messages.DeadLetter
-	runsOf map[int64]int32 // runs (dispatched or waiting for a retry) per job id
-	expire *wheel.Wheel    // when each finished (DONE) job leaves; payload = job id
+	jobs     map[int64]*job
+	compiled compiledFor  // create → apply (commands.go)
+	due      *wheel.Wheel // next fire per job; payload = job id
+	runs     map[string]*run
+	bySeq    map[uint64]*run
+	timers   *wheel.Wheel // per run; payload = run seq
+	runSeq   uint64
+	dead     map[string]*messages.DeadLetter
+	runsOf   map[int64]int32 // runs (dispatched or waiting for a retry) per job id
+	expire   *wheel.Wheel    // when each finished (DONE) job leaves; payload = job id
 
 	workers   []*messages.WorkerInfo
 	known     map[string]*messages.WorkerInfo // every live worker of the app, by id
@@ -514,7 +515,9 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 			c.jobs[jm.Id] = j
 		}
 		j.j = jm
-		j.sched, _ = compile(jm, jm.CreatedMs) // validated before it was journaled
+		if j.sched = c.compiled.take(jm); j.sched == nil {
+			j.sched, _ = compile(jm, jm.CreatedMs) // validated before it was journaled
+		}
 		c.setDue(j, jm.NextDueMs)
 		c.reqs.add(jm.RequestId, jm.Id, jm.UpdatedMs)
 	case messages.RecordType_JOB_DELETED:

@@ -1,0 +1,45 @@
+package core
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/kjob/kjob/messages"
+)
+
+// TestJobCopyCopiesEveryField: jobCopy names Job's fields one by one, so a field
+// added to messages.Job later must be added there too; this fails until it is.
+func TestJobCopyCopiesEveryField(t *testing.T) {
+	j := &messages.Job{}
+	m := j.ProtoReflect()
+	fields := m.Descriptor().Fields()
+	for i := 0; i < fields.Len(); i++ {
+		f := fields.Get(i)
+		var v protoreflect.Value
+		switch f.Kind() {
+		case protoreflect.Int64Kind:
+			v = protoreflect.ValueOfInt64(int64(100 + i))
+		case protoreflect.StringKind:
+			v = protoreflect.ValueOfString(string(f.Name()))
+		case protoreflect.BytesKind:
+			v = protoreflect.ValueOfBytes([]byte(f.Name()))
+		case protoreflect.EnumKind:
+			v = protoreflect.ValueOfEnum(1)
+		case protoreflect.MessageKind:
+			v = protoreflect.ValueOfMessage(m.NewField(f).Message())
+		default:
+			t.Fatalf("field %s of kind %s: extend this test", f.Name(), f.Kind())
+		}
+		m.Set(f, v)
+	}
+	j.Schedule.Kind, j.Policy.Attempts = messages.ScheduleKind_CRON, 3
+	c := jobCopy(j)
+	if !proto.Equal(c, j) {
+		t.Fatalf("jobCopy lost fields:\n got %v\nwant %v", c, j)
+	}
+	if c == j {
+		t.Fatal("jobCopy returned the job itself")
+	}
+}

@@ -52,6 +52,11 @@ type NodeConfig struct {
 	// ActorLogLevel is the level at which proto.actor's own logs are let through (default WARN).
 	ActorLogLevel slog.Level
 	Shard         shardcore.Config // defaults for new shards (Shard and Self are filled in)
+	// AppPolicies are per-app default policies (LoadAppPolicies reads them from a
+	// file): what a job's policy leaves unset comes from its app's entry, then from
+	// Shard's defaults. Every server of a cluster should have the same ones: a
+	// shard takes those of the node it runs on.
+	AppPolicies map[string]*messages.Policy
 	// AlertHooks are called for each new dead letter (e.g. shard.Webhook).
 	AlertHooks []shard.AlertHook
 	// HTTP is the address of the admin API and /metrics ("" = none).
@@ -130,6 +135,9 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}
 	if cfg.ActorLogLevel == 0 {
 		cfg.ActorLogLevel = slog.LevelWarn
+	}
+	if err := checkAppPolicies(cfg.AppPolicies); err != nil {
+		return nil, err
 	}
 	host, port, err := splitHostPort(cfg.Listen)
 	if err != nil {
@@ -321,6 +329,9 @@ func (s *startSignal) StartMember(c *pcluster.Cluster) error {
 func (n *Node) newCore(s route.Shard, epoch int64) *shardcore.Core {
 	cfg := n.cfg.Shard
 	cfg.Shard = s
+	if p := n.cfg.AppPolicies[s.App]; p != nil {
+		cfg.AppPolicy = p
+	}
 	return shardcore.New(cfg, time.Now().UnixMilli(), epoch)
 }
 

@@ -81,7 +81,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 func serverCmd() *cobra.Command {
-	var listen, peers, data, syncPol, webhook, httpAddr string
+	var listen, peers, data, syncPol, webhook, httpAddr, appPolicies string
 	var split nscore.SplitPolicy
 	c := &cobra.Command{
 		Use:   "server",
@@ -101,9 +101,17 @@ func serverCmd() *cobra.Command {
 			if webhook != "" {
 				hooks = append(hooks, shard.Webhook{URL: webhook})
 			}
+			var policies map[string]*messages.Policy
+			if appPolicies != "" {
+				var err error
+				if policies, err = cluster.LoadAppPolicies(appPolicies); err != nil {
+					return err
+				}
+			}
 			cluster.RouteLibraryLogs(logger())
 			httpAddr = serverHTTP(cmd, listen, httpAddr)
-			n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, Peers: splitList(peers), DataDir: data, Sync: pol, Log: logger(), AlertHooks: hooks, HTTP: httpAddr, Split: split})
+			n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, Peers: splitList(peers), DataDir: data, Sync: pol, Log: logger(),
+				AlertHooks: hooks, HTTP: httpAddr, Split: split, AppPolicies: policies})
 			if err != nil {
 				return err
 			}
@@ -118,6 +126,7 @@ func serverCmd() *cobra.Command {
 	c.Flags().StringVar(&data, "data", "kjob-data", "data directory (journal and snapshots)")
 	c.Flags().StringVar(&httpAddr, "http", "127.0.0.1:7080", "address of the admin API and /metrics; default: the --listen host, port + 10; \"off\" for none")
 	c.Flags().StringVar(&webhook, "dlq-webhook", "", "URL that receives a JSON POST for each new dead letter")
+	c.Flags().StringVar(&appPolicies, "app-policies", "", "JSON file of per-app default policies, {\"app\": {\"attempts\": 3, \"ladderMs\": [\"1000\"], \"timeoutMs\": \"30000\", \"misfire\": \"SKIP\", ...}}: what a job's policy leaves unset (give every server the same file)")
 	c.Flags().StringVar(&syncPol, "sync", "sync", "journal flush policy: sync (ack after msync), interval, none (tests only)")
 	c.Flags().IntVar(&split.Workers, "split-workers", nscore.DefaultSplitWorkers, "split an app's shard when the app has more live workers than this per shard (-1: never)")
 	c.Flags().Int64Var(&split.Fires, "split-fires", nscore.DefaultSplitFires, "split a shard that fires more runs than this a minute (-1: never)")

@@ -169,34 +169,50 @@ func (c *Core) validate(j *messages.Job, createdMs int64) (*schedule.Compiled, *
 	if len(j.Params) > MaxParamsBytes {
 		return nil, kerr.Invalid("params", "%d bytes exceeds the limit of %d bytes", len(j.Params), MaxParamsBytes)
 	}
-	p := j.Policy
-	if p != nil {
-		if p.Attempts < 0 || p.Attempts > MaxAttempts {
-			return nil, kerr.Invalid("policy.attempts", "must be 0 (default) to %d, got %d", MaxAttempts, p.Attempts)
-		}
-		if len(p.LadderMs) > schedule.MaxLadderLevels {
-			return nil, kerr.Invalid("policy.ladder", "has %d levels, the limit is %d", len(p.LadderMs), schedule.MaxLadderLevels)
-		}
-		for i, d := range p.LadderMs {
-			if d <= 0 {
-				return nil, kerr.Invalid("policy.ladder", "level %d is %d ms; each delay must be positive", i, d)
-			}
-		}
-		if p.TimeoutMs < 0 || p.TimeoutMs > MaxTimeoutMs {
-			return nil, kerr.Invalid("policy.timeout", "must be 0 (default) to %d ms, got %d", int64(MaxTimeoutMs), p.TimeoutMs)
-		}
-		if p.Route == messages.Route_CONSISTENT_HASH && p.RouteKey == "" {
-			return nil, kerr.Invalid("policy.route_key", "consistent_hash routing needs a route key (a top-level params field)")
-		}
-		if _, ok := messages.Route_name[int32(p.Route)]; !ok {
-			return nil, kerr.Invalid("policy.route", "unknown routing %d", p.Route)
-		}
+	if e := ValidatePolicy(j.Policy, c.cfg.AppPolicy.GetRouteKey()); e != nil {
+		return nil, e
 	}
 	sc, err := compile(j, createdMs)
 	if err != nil {
 		return nil, schedErr(err)
 	}
 	return sc, nil
+}
+
+// ValidatePolicy checks a job's policy, or an app's default policy; the error
+// names the field ("policy.attempts", ...) and the limit. A consistent_hash routing
+// needs a route key of its own unless inheritedKey (the app's) is set.
+func ValidatePolicy(p *messages.Policy, inheritedKey string) *messages.Error {
+	if p == nil {
+		return nil
+	}
+	if p.Attempts < 0 || p.Attempts > MaxAttempts {
+		return kerr.Invalid("policy.attempts", "must be 0 (default) to %d, got %d", MaxAttempts, p.Attempts)
+	}
+	if len(p.LadderMs) > schedule.MaxLadderLevels {
+		return kerr.Invalid("policy.ladder", "has %d levels, the limit is %d", len(p.LadderMs), schedule.MaxLadderLevels)
+	}
+	for i, d := range p.LadderMs {
+		if d <= 0 {
+			return kerr.Invalid("policy.ladder", "level %d is %d ms; each delay must be positive", i, d)
+		}
+	}
+	if p.TimeoutMs < 0 || p.TimeoutMs > MaxTimeoutMs {
+		return kerr.Invalid("policy.timeout", "must be 0 (default) to %d ms, got %d", int64(MaxTimeoutMs), p.TimeoutMs)
+	}
+	if _, ok := messages.Route_name[int32(p.Route)]; !ok {
+		return kerr.Invalid("policy.route", "unknown routing %d", p.Route)
+	}
+	if p.Route == messages.Route_CONSISTENT_HASH && p.RouteKey == "" && inheritedKey == "" {
+		return kerr.Invalid("policy.route_key", "consistent_hash routing needs a route key (a top-level params field)")
+	}
+	if _, ok := messages.Misfire_name[int32(p.Misfire)]; !ok {
+		return kerr.Invalid("policy.misfire", "unknown misfire policy %d", p.Misfire)
+	}
+	if _, ok := messages.Concurrency_name[int32(p.Concurrency)]; !ok {
+		return kerr.Invalid("policy.concurrency", "unknown concurrency policy %d", p.Concurrency)
+	}
+	return nil
 }
 
 func sameDefinition(a, b *messages.Job) bool {

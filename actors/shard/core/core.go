@@ -87,9 +87,13 @@ type Config struct {
 	DefaultAttempts int
 	DefaultLadderMs []int64
 	DefaultTimeout  int64
-	GraceMs         int64
-	History         int
-	MaxJobs         int
+	// AppPolicy is the default policy of this shard's app: what a job leaves unset
+	// (0, empty, the _DEFAULT enum values) comes from it, and what it leaves unset
+	// from the node's defaults above. nil = none. ValidatePolicy checks it.
+	AppPolicy *messages.Policy
+	GraceMs   int64
+	History   int
+	MaxJobs   int
 	// DoneRetentionMs is how long a job that will never fire again (a one-shot that
 	// ran, a job past its window or run limit) stays readable, with its run history,
 	// after its last run; then it is deleted (journaled). Default 1 hour.
@@ -842,9 +846,15 @@ func (c *Core) Tick(nowMs int64, env Env) {
 	c.flush(env)
 }
 
+// A job's policy, field by field: the job's own, else its app's (Config.AppPolicy),
+// else the node's default.
+
 func (c *Core) timeout(jobID int64) int64 {
 	if j := c.jobs[jobID]; j != nil && j.j.Policy.GetTimeoutMs() > 0 {
 		return j.j.Policy.GetTimeoutMs()
+	}
+	if t := c.cfg.AppPolicy.GetTimeoutMs(); t > 0 {
+		return t
 	}
 	return c.cfg.DefaultTimeout
 }
@@ -853,6 +863,9 @@ func (c *Core) attempts(j *job) int32 {
 	if j != nil && j.j.Policy.GetAttempts() > 0 {
 		return j.j.Policy.GetAttempts()
 	}
+	if n := c.cfg.AppPolicy.GetAttempts(); n > 0 {
+		return n
+	}
 	return int32(c.cfg.DefaultAttempts)
 }
 
@@ -860,7 +873,41 @@ func (c *Core) ladder(j *job) []int64 {
 	if j != nil && len(j.j.Policy.GetLadderMs()) > 0 {
 		return j.j.Policy.GetLadderMs()
 	}
+	if l := c.cfg.AppPolicy.GetLadderMs(); len(l) > 0 {
+		return l
+	}
 	return c.cfg.DefaultLadderMs
+}
+
+func (c *Core) misfire(j *job) messages.Misfire {
+	if m := j.j.Policy.GetMisfire(); m != messages.Misfire_MISFIRE_DEFAULT {
+		return m
+	}
+	return c.cfg.AppPolicy.GetMisfire() // MISFIRE_DEFAULT: fire once
+}
+
+func (c *Core) concurrency(j *job) messages.Concurrency {
+	if m := j.j.Policy.GetConcurrency(); m != messages.Concurrency_CONCURRENCY_DEFAULT {
+		return m
+	}
+	return c.cfg.AppPolicy.GetConcurrency() // CONCURRENCY_DEFAULT: allow
+}
+
+// routing is the job's routing and its route key: a job that sets a routing uses
+// its own key (or, if it has none, the app's); one that does not takes both from
+// the app.
+func (c *Core) routing(j *job) (messages.Route, string) {
+	if j == nil {
+		return messages.Route_ROUND_ROBIN, ""
+	}
+	if r := j.j.Policy.GetRoute(); r != messages.Route_ROUTE_DEFAULT {
+		k := j.j.Policy.GetRouteKey()
+		if k == "" {
+			k = c.cfg.AppPolicy.GetRouteKey()
+		}
+		return r, k
+	}
+	return c.cfg.AppPolicy.GetRoute(), c.cfg.AppPolicy.GetRouteKey() // ROUTE_DEFAULT: round robin
 }
 
 // runID names the run of job jobID due at dueMs: "job:due", and "job:due.N" when a
@@ -898,7 +945,7 @@ func (c *Core) fire(j *job, dueMs, nowMs int64) {
 			next = n
 		}
 	}
-	if j.j.Policy.GetConcurrency() == messages.Concurrency_FORBID && j.running > 0 {
+	if c.concurrency(j) == messages.Concurrency_FORBID && j.running > 0 {
 		// The previous run is still going: this fire is skipped, the schedule moves on.
 		jj := proto.Clone(j.j).(*messages.Job)
 		jj.NextDueMs = next
@@ -931,10 +978,8 @@ func (c *Core) startRun(j *job, dueMs, nowMs int64, fire bool, runs, next int64,
 
 // pickWorkers chooses where a run goes, by the job's routing policy.
 func (c *Core) route(r *run) messages.Route {
-	if j := c.jobs[r.st.JobId]; j != nil {
-		return j.j.Policy.GetRoute()
-	}
-	return messages.Route_ROUND_ROBIN
+	pol, _ := c.routing(c.jobs[r.st.JobId])
+	return pol
 }
 
 func (c *Core) pickWorkers(r *run) []*messages.WorkerInfo {
@@ -942,11 +987,7 @@ func (c *Core) pickWorkers(r *run) []*messages.WorkerInfo {
 	if len(ws) == 0 {
 		return nil
 	}
-	j := c.jobs[r.st.JobId]
-	var pol messages.Route
-	if j != nil {
-		pol = j.j.Policy.GetRoute()
-	}
+	pol, routeKey := c.routing(c.jobs[r.st.JobId])
 	switch pol {
 	case messages.Route_RANDOM:
 		i := c.rng.IntN(len(ws))
@@ -960,7 +1001,7 @@ func (c *Core) pickWorkers(r *run) []*messages.WorkerInfo {
 		}
 		return []*messages.WorkerInfo{best}
 	case messages.Route_CONSISTENT_HASH:
-		key := routeKeyValue(c.params(r), j.j.Policy.GetRouteKey())
+		key := routeKeyValue(c.params(r), routeKey)
 		var best *messages.WorkerInfo
 		var bestScore uint64
 		for _, w := range ws { // rendezvous hashing: stable as workers come and go
@@ -1101,7 +1142,7 @@ func (c *Core) misfires(nowMs int64) {
 	for _, id := range ids {
 		j := c.jobs[id]
 		pol := schedule.FireOnce
-		switch j.j.Policy.GetMisfire() {
+		switch c.misfire(j) {
 		case messages.Misfire_SKIP:
 			pol = schedule.Skip
 		case messages.Misfire_FIRE_ALL:

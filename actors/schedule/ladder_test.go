@@ -14,8 +14,8 @@ func TestParseLadder(t *testing.T) {
 		{"1s,5s,30s,2m", []int64{1000, 5000, 30000, 120000}},
 		{" 250ms , 1.5s ,1h ", []int64{250, 1500, 3600000}},
 		{"168h", []int64{MaxLadderDelayMs}},
-		{"", DefaultLadderMs},
-		{"   ", DefaultLadderMs},
+		{"", []int64{1000, 5000, 30000, 120000}}, // the default: 1 s, 5 s, 30 s, 2 min
+		{"   ", []int64{1000, 5000, 30000, 120000}},
 		{strings.Repeat("1s,", MaxLadderLevels-1) + "1s", slices.Repeat([]int64{1000}, MaxLadderLevels)},
 	}
 	for _, tt := range good {

@@ -379,8 +379,16 @@ func (c *Core) history(x *messages.GetRuns) proto.Message {
 			ids = append(ids, id)
 		}
 	}
-	sort.Strings(ids)
-	for _, id := range ids { // runs still going or waiting for a retry
+	// Runs still going or waiting for a retry come first, newest first, then the
+	// finished ones, newest first: limit in all.
+	sort.Slice(ids, func(a, b int) bool {
+		da, db := c.runs[ids[a]].st.DueMs, c.runs[ids[b]].st.DueMs
+		return da > db || (da == db && ids[a] > ids[b])
+	})
+	for _, id := range ids {
+		if len(out.Runs) == limit {
+			break
+		}
 		st := c.runs[id].st
 		out.Runs = append(out.Runs, &messages.RunRecord{RunId: st.RunId, JobId: st.JobId, DueMs: st.DueMs,
 			DispatchedMs: st.DispatchedMs, Attempt: st.Attempt, WorkerId: st.WorkerId, Error: st.LastError, TraceId: st.TraceId})
@@ -403,7 +411,7 @@ func (c *Core) deadLetters(m proto.Message, nowMs int64) proto.Message {
 		}
 		ids := make([]string, 0, len(c.dead))
 		for id := range c.dead {
-			if id > x.AfterRunId {
+			if id > "" {
 				ids = append(ids, id)
 			}
 		}

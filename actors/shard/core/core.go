@@ -574,15 +574,18 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		c.runsOf[st.JobId]++
 	case messages.RecordType_RUN_FINISHED:
 		rec := m.(*messages.RunRecord)
+		if rec.Outcome == messages.Outcome_SKIPPED { // a fire skipped (concurrency forbid): history only
+			if j := c.jobs[rec.JobId]; j != nil {
+				c.remember(j, rec)
+			}
+			break
+		}
 		c.dropRun(rec.RunId)
 		if j := c.jobs[rec.JobId]; j != nil {
 			if j.running > 0 {
 				j.running--
 			}
-			j.history = append(j.history, rec)
-			if len(j.history) > c.cfg.History {
-				j.history = append(j.history[:0], j.history[len(j.history)-c.cfg.History:]...)
-			}
+			c.remember(j, rec)
 			j.j.LastFinishMs = rec.EndMs
 			if rec.SetsNext {
 				c.setDue(j, rec.JobNextDueMs)
@@ -636,6 +639,14 @@ func (c *Core) armExpiry(j *job) {
 		return
 	}
 	j.expiry = c.expire.Add(at, uint64(j.j.Id))
+}
+
+// remember adds rec to j's run history, keeping the last Config.History.
+func (c *Core) remember(j *job, rec *messages.RunRecord) {
+	j.history = append(j.history, rec)
+	if len(j.history) > c.cfg.History {
+		j.history = append(j.history[:0], j.history[len(j.history)-c.cfg.History:]...)
+	}
 }
 
 func (c *Core) dropRun(runID string) {
@@ -945,12 +956,16 @@ func (c *Core) fire(j *job, dueMs, nowMs int64) {
 			next = n
 		}
 	}
-	if c.concurrency(j) == messages.Concurrency_FORBID && j.running > 0 {
-		// The previous run is still going: this fire is skipped, the schedule moves on.
+	if c.concurrency(j) == messages.Concurrency_FORBID && c.runsOf[j.j.Id] > 0 {
+		// The previous run is still going, or waits on the ladder for its next
+		// attempt: this fire is skipped, the schedule moves on, and the run history
+		// says so.
 		jj := proto.Clone(j.j).(*messages.Job)
 		jj.NextDueMs = next
 		jj.RequestId = 0
 		c.emit(messages.RecordType_JOB_PUT, jj)
+		c.emit(messages.RecordType_RUN_FINISHED, &messages.RunRecord{RunId: c.runID(j.j.Id, dueMs), JobId: j.j.Id, DueMs: dueMs,
+			EndMs: nowMs, Outcome: messages.Outcome_SKIPPED, Error: "skipped: concurrency forbid, the previous run has not finished"})
 		return
 	}
 	c.startRun(j, dueMs, nowMs, true, runs, next, nil, false)

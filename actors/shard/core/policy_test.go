@@ -591,3 +591,63 @@ func TestRunHistoryBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestForbidCountsARunWaitingForItsRetry: a forbid job whose previous run failed
+// and waits on the ladder for its next attempt has not finished: the next fire is
+// skipped, and the run history records the skip.
+func TestForbidCountsARunWaitingForItsRetry(t *testing.T) {
+	c, e := policyCore(1000, Config{}, policyWorker("w1", 4))
+	// Every 1 s from 1000; a failure waits 5 s for attempt 2.
+	reply(t, c, e, 1000, &messages.CreateJob{Job: fixedRateJob(7, 1000, &messages.Policy{Concurrency: messages.Concurrency_FORBID,
+		Attempts: 2, LadderMs: []int64{5000}})})
+	first := tick(c, e, 2000)
+	if len(first) != 1 {
+		t.Fatalf("at 2000: %v", first)
+	}
+	report(c, e, 2100, first[0], messages.Outcome_FAILED, "boom", 2001)
+	if ds := tick(c, e, 3000); len(ds) != 0 {
+		t.Fatalf("at 3000 with run 7:2000 waiting for attempt 2: %v, want the fire skipped", ds)
+	}
+	r := getRuns(t, c, e, 3001, 10)
+	var skipped []*messages.RunRecord
+	for _, rec := range r.Runs {
+		if rec.Outcome == messages.Outcome_SKIPPED {
+			skipped = append(skipped, rec)
+		}
+	}
+	if len(skipped) != 1 || skipped[0].DueMs != 3000 || skipped[0].Error == "" {
+		t.Fatalf("run history %v, want one SKIPPED record of the fire due at 3000", r.Runs)
+	}
+	if ds := tick(c, e, 7100); len(ds) != 1 || ds[0].d.Attempt != 2 || ds[0].d.RunId != "7:2000" {
+		t.Fatalf("at 7100: %v, want attempt 2 of 7:2000", ds)
+	}
+}
+
+// TestRunsLimitCountsRunsInFlight: GetRuns returns at most its limit, runs still
+// in flight included (a fire_all recovery can have a hundred of them).
+func TestRunsLimitCountsRunsInFlight(t *testing.T) {
+	c, e := policyCore(1000, Config{History: 3}, policyWorker("w1", 16))
+	reply(t, c, e, 1000, &messages.CreateJob{Job: fixedRateJob(7, 1000, &messages.Policy{TimeoutMs: 600_000})})
+	for now := int64(2000); now <= 6000; now += 1000 {
+		tick(c, e, now) // five runs, none finished
+	}
+	r := getRuns(t, c, e, 6001, 2)
+	if len(r.Runs) != 2 || r.Runs[0].DueMs != 6000 || r.Runs[1].DueMs != 5000 {
+		t.Fatalf("GetRuns limit 2 with 5 runs in flight: %v, want the newest 2", r.Runs)
+	}
+}
+
+// getRuns asks for job 7's run history, keeping whatever else was sent.
+func getRuns(t *testing.T, c *Core, e *fakeEnv, now int64, limit int32) *messages.RunsReply {
+	t.Helper()
+	c.Handle(now, client, &messages.GetRuns{App: "app", Id: 7, Limit: limit}, e)
+	c.Durable(e.lsn, nil, e)
+	for _, s := range e.take() {
+		if r, ok := s.m.(*messages.RunsReply); ok {
+			return r
+		}
+		e.sent = append(e.sent, s)
+	}
+	t.Fatal("no RunsReply")
+	return nil
+}

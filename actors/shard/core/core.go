@@ -700,10 +700,18 @@ func (c *Core) SetWorkersOf(nowMs int64, group, all []*messages.WorkerInfo, env 
 	}
 	c.now = nowMs
 	c.workers = ws
+	for id := range c.busy {
+		if c.known[id] == nil {
+			delete(c.busy, id)
+		}
+	}
 	if len(ws) > 0 && c.frozen == nil && c.live { // a frozen (handed-off) shard must not fire (sim seed 289); before recovery ends, Recovered dispatches
+		// Runs waiting for a worker go out now, and so do runs dispatched to a worker
+		// that is gone (expired or left): at least once, with the same attempt,
+		// rather than waiting out timeout + grace and counting as a lost attempt.
 		seqs := make([]uint64, 0)
 		for _, r := range c.runs {
-			if r.st.Level < 0 && r.st.WorkerId == "" {
+			if r.st.Level < 0 && (r.st.WorkerId == "" || c.known[r.st.WorkerId] == nil) {
 				seqs = append(seqs, r.seq)
 			}
 		}

@@ -651,3 +651,41 @@ func getRuns(t *testing.T, c *Core, e *fakeEnv, now int64, limit int32) *message
 	t.Fatal("no RunsReply")
 	return nil
 }
+
+// TestRunOfAGoneWorkerIsDispatchedAgain: when the worker a run went to leaves the
+// app's worker list, the run goes to another worker at once with the same attempt
+// (at least once), instead of waiting out timeout + grace as a lost attempt.
+func TestRunOfAGoneWorkerIsDispatchedAgain(t *testing.T) {
+	w1, w2 := policyWorker("w1", 4), policyWorker("w2", 4)
+	c, e := policyCore(1000, Config{}, w1, w2)
+	reply(t, c, e, 1000, &messages.CreateJob{Job: onceJob(7, 1000)})
+	ds := tick(c, e, 2000)
+	if len(ds) != 1 {
+		t.Fatalf("at 2000: %v", ds)
+	}
+	gone, stays := w1, w2
+	if ds[0].d.RunId != "7:2000" || ds[0].to != w1.Ref.Id {
+		gone, stays = w2, w1
+	}
+	from := len(e.log)
+	c.SetWorkers(2500, []*messages.WorkerInfo{stays}, e)
+	again := settle(c, e)
+	if len(again) != 1 || again[0].to != stays.Ref.Id || again[0].d.Attempt != 1 || again[0].d.RunId != "7:2000" {
+		t.Fatalf("after %s left: %v, want run 7:2000 attempt 1 sent to %s", gone.WorkerId, again, stays.WorkerId)
+	}
+	if n := len(records[*messages.RunRecord](t, e, from, messages.RecordType_RUN_FINISHED)); n != 0 {
+		t.Fatalf("%d RUN_FINISHED records: the re-dispatch counted as a finished attempt", n)
+	}
+	report(c, e, 2600, again[0], messages.Outcome_SUCCEEDED, "", 2501)
+	if c.InFlight() != 0 || c.DeadLetters() != 0 {
+		t.Fatalf("after the result from %s: %d in flight, %d dead letters", stays.WorkerId, c.InFlight(), c.DeadLetters())
+	}
+	// A worker list that still has the run's worker sends nothing again.
+	reply(t, c, e, 2600, &messages.CreateJob{Job: onceJob(8, 400)})
+	ds = tick(c, e, 3000)
+	c.SetWorkers(3100, []*messages.WorkerInfo{stays, policyWorker("w3", 4)}, e)
+	if again := settle(c, e); len(again) != 0 {
+		t.Fatalf("a worker joined, the run's worker stayed: sent again %v", again)
+	}
+	_ = ds
+}

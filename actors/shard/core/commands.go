@@ -411,7 +411,7 @@ func (c *Core) deadLetters(m proto.Message, nowMs int64) proto.Message {
 		}
 		ids := make([]string, 0, len(c.dead))
 		for id := range c.dead {
-			if id > "" {
+			if id > x.AfterRunId {
 				ids = append(ids, id)
 			}
 		}

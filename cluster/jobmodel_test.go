@@ -2,14 +2,20 @@ package cluster_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/actors/kerr"
 	"github.com/kjob/kjob/actors/shard"
@@ -26,6 +32,7 @@ type model struct {
 	runs   []*cluster.Run
 	ends   map[string]int64 // run#attempt → end ms
 	fail   atomic.Bool
+	upMs   int64 // when StartNode returned: the node serves
 }
 
 func startModel(t *testing.T, dir string, hooks []shard.AlertHook, failing bool) *model {
@@ -34,7 +41,7 @@ func startModel(t *testing.T, dir string, hooks []shard.AlertHook, failing bool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &model{node: n, ends: map[string]int64{}}
+	m := &model{node: n, ends: map[string]int64{}, upMs: time.Now().UnixMilli()}
 	m.fail.Store(failing)
 	w, err := cluster.NewWorker(cluster.WorkerConfig{Servers: []string{n.Address()}, App: "model", Log: quietLog(),
 		OnRun: func(r *cluster.Run, res *messages.RunResult) {
@@ -58,6 +65,7 @@ func startModel(t *testing.T, dir string, hooks []shard.AlertHook, failing bool)
 		return nil
 	})
 	w.HandleFunc("echo", func(ctx context.Context, r *cluster.Run) error { record(r); return nil })
+	w.HandleFunc("fail", func(ctx context.Context, r *cluster.Run) error { record(r); return errors.New("always fails") })
 	w.HandleFunc("slow", func(ctx context.Context, r *cluster.Run) error {
 		record(r)
 		select {
@@ -99,19 +107,77 @@ func (m *model) runsOf(id int64) []*cluster.Run {
 	return out
 }
 
-// TestRetryLadderToDeadLetterAcrossRestart: a failing handler climbs the ladder with
-// the exact attempts and delays, the node restarts in between, the run lands in the
-// dead-letter queue exactly once, the alert hook hears of it, and replay succeeds.
-func TestRetryLadderToDeadLetterAcrossRestart(t *testing.T) {
-	var hooked atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		hooked.Add(1)
+// hookSink is an alert webhook endpoint that keeps every request it receives.
+type hookSink struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	posts []hookPost
+}
+
+type hookPost struct {
+	method, contentType string
+	body                []byte
+}
+
+func newHookSink(t *testing.T) *hookSink {
+	t.Helper()
+	h := &hookSink{}
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		h.mu.Lock()
+		h.posts = append(h.posts, hookPost{method: r.Method, contentType: r.Header.Get("Content-Type"), body: b})
+		h.mu.Unlock()
 	}))
-	defer srv.Close()
-	hooks := []shard.AlertHook{shard.Webhook{URL: srv.URL}}
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *hookSink) hooks() []shard.AlertHook { return []shard.AlertHook{shard.Webhook{URL: h.srv.URL}} }
+
+func (h *hookSink) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.posts)
+}
+
+// letters checks that every request was a JSON POST and returns the decoded bodies
+// as generic JSON, so the wire names (proto names, int64 as a string) are what is checked.
+func (h *hookSink) letters(t *testing.T) []map[string]any {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]map[string]any, 0, len(h.posts))
+	for _, p := range h.posts {
+		var m map[string]any
+		if p.method != http.MethodPost || p.contentType != "application/json" || json.Unmarshal(p.body, &m) != nil {
+			t.Fatalf("webhook got %s %q with body %q; want a JSON POST", p.method, p.contentType, p.body)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// checkLetterBody checks a webhook body against the dead letter the client lists.
+func checkLetterBody(t *testing.T, got map[string]any, d *messages.DeadLetter) {
+	t.Helper()
+	want := map[string]any{"run_id": d.RunId, "job_id": strconv.FormatInt(d.JobId, 10), "app": d.App,
+		"handler": d.Handler, "attempts": float64(d.Attempts), "last_error": d.LastError}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("webhook body %s = %v (%T), want %v; body %v", k, got[k], got[k], v, got)
+		}
+	}
+}
+
+// TestRetryLadderToDeadLetterAcrossRestart: a failing handler climbs the ladder with
+// the exact attempts and delays, the node restarts in between (and attempt 2 still
+// keeps its delay from attempt 1's end), the run lands in the dead-letter queue
+// exactly once, the alert hook hears of it exactly once, the dead letter survives
+// another restart unchanged, and replay succeeds.
+func TestRetryLadderToDeadLetterAcrossRestart(t *testing.T) {
+	sink := newHookSink(t)
 	dir := t.TempDir()
-	m := startModel(t, dir, hooks, true)
+	m := startModel(t, dir, sink.hooks(), true)
 	ctx := context.Background()
 	ladder := []int64{2000, 600} // level 1 is long enough that attempt 2 waits out the restart
 	j, err := m.client.Create(ctx, &messages.Job{App: "model", Handler: "flaky",
@@ -120,11 +186,33 @@ func TestRetryLadderToDeadLetterAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "attempt 1", func() bool { return len(m.runsOf(j.Id)) >= 1 })
+	// Attempt 1's failure is in the run history before the node stops, behind attempt
+	// 2 waiting on level 0: attempt 1's end is where level 0's delay starts.
+	var rec1 *messages.RunRecord
+	waitFor(t, 10*time.Second, "attempt 1's failure in the run history", func() bool {
+		rs, err := m.client.Runs(ctx, "model", j.Id, 10)
+		if err != nil || len(rs) != 2 || rs[1].Outcome != messages.Outcome_FAILED {
+			return false
+		}
+		if w := rs[0]; w.Attempt != 2 || w.Outcome != messages.Outcome_OUTCOME_UNSPECIFIED || w.Error != "flaky failed" {
+			t.Fatalf("history %v: want attempt 2 waiting with attempt 1's error first", rs)
+		}
+		rec1 = rs[1]
+		return true
+	})
 	time.Sleep(100 * time.Millisecond) // its failure is journaled; attempt 2 waits on level 0
-	first := m.runsOf(j.Id)[0]
+	first := m.runsOf(j.Id)
+	if len(first) != 1 || rec1.Attempt != 1 || rec1.RunId != first[0].ID || rec1.EndMs == 0 {
+		t.Fatalf("before the restart: runs %v, history %v; want attempt 1 failed", first, rec1)
+	}
+	m.mu.Lock()
+	workerEnd1 := m.ends[first[0].ID+"#1"]
+	m.mu.Unlock()
+	if workerEnd1 != rec1.EndMs {
+		t.Fatalf("attempt 1 ended at %d by the worker, %d by the history", workerEnd1, rec1.EndMs)
+	}
 	m.stop()
-	m = startModel(t, dir, hooks, true)
+	m = startModel(t, dir, sink.hooks(), true)
 	waitFor(t, 20*time.Second, "the dead letter", func() bool {
 		ds, _, err := m.client.DeadLetters(ctx, "model", "", 10)
 		return err == nil && len(ds) == 1
@@ -133,38 +221,72 @@ func TestRetryLadderToDeadLetterAcrossRestart(t *testing.T) {
 	if len(runs) != 2 {
 		t.Fatalf("after the restart %d attempts ran, want 2 (attempts 2 and 3)", len(runs))
 	}
-	if runs[0].Attempt != 2 || runs[1].Attempt != 3 || first.Attempt != 1 {
-		t.Fatalf("attempts %d, %d, %d; want 1, 2, 3", first.Attempt, runs[0].Attempt, runs[1].Attempt)
+	if runs[0].Attempt != 2 || runs[1].Attempt != 3 {
+		t.Fatalf("attempts 1, %d, %d; want 1, 2, 3", runs[0].Attempt, runs[1].Attempt)
 	}
-	for _, r := range append([]*cluster.Run{first}, runs...) {
-		if r.ID != first.ID {
-			t.Fatalf("run id changed across attempts: %s vs %s", r.ID, first.ID)
+	for _, r := range runs {
+		if r.ID != first[0].ID {
+			t.Fatalf("run id changed across attempts: %s vs %s", r.ID, first[0].ID)
 		}
+	}
+	// attempt 2 starts no earlier than ladder[0] after attempt 1 ended (a restart
+	// neither drops nor shortens the wait: the level is rebuilt from the journal),
+	// and not much later than that or than the node serving again, whichever is
+	// later (a retry lost by the restart, or left to some slow sweep, would miss it).
+	const lateSlackMs = 3000
+	startedAfter, upAfter := runs[0].StartMs-rec1.EndMs, m.upMs-rec1.EndMs
+	t.Logf("attempt 2 started %d ms after attempt 1 ended; the node served again after %d ms", startedAfter, upAfter)
+	if startedAfter < ladder[0] || startedAfter > max(ladder[0], upAfter)+lateSlackMs {
+		t.Fatalf("attempt 2 started %d ms after attempt 1 ended, the node served again after %d ms; want ladder level 1 (%d ms) and at most %d ms more",
+			startedAfter, upAfter, ladder[0], lateSlackMs)
 	}
 	// attempt 3 starts no earlier than ladder[1] after attempt 2 ended.
 	m.mu.Lock()
-	end2 := m.ends[first.ID+"#2"]
+	end2 := m.ends[first[0].ID+"#2"]
 	m.mu.Unlock()
 	if gap := runs[1].StartMs - end2; gap < ladder[1] || gap > ladder[1]+1500 {
 		t.Fatalf("attempt 3 started %d ms after attempt 2 ended; ladder level 2 is %d ms", gap, ladder[1])
 	}
 	ds, _, err := m.client.DeadLetters(ctx, "model", "", 10)
-	if err != nil || len(ds) != 1 || ds[0].Attempts != 3 || ds[0].JobId != j.Id || ds[0].LastError != "flaky failed" {
+	if err != nil || len(ds) != 1 || ds[0].Attempts != 3 || ds[0].JobId != j.Id || ds[0].RunId != first[0].ID ||
+		ds[0].App != "model" || ds[0].Handler != "flaky" || ds[0].LastError != "flaky failed" {
 		t.Fatalf("dead letters %v %v", ds, err)
 	}
-	waitFor(t, 5*time.Second, "the webhook alert", func() bool { return hooked.Load() >= 1 })
-	time.Sleep(1200 * time.Millisecond) // nothing more may arrive
+	waitFor(t, 5*time.Second, "the webhook alert", func() bool { return sink.count() >= 1 })
+	time.Sleep(1200 * time.Millisecond) // nothing more may arrive: no attempt, no second alert
 	if n := len(m.runsOf(j.Id)); n != 2 {
 		t.Fatalf("%d attempts after the dead letter, want none", n-2)
 	}
+	bodies := sink.letters(t)
+	if len(bodies) != 1 {
+		t.Fatalf("%d webhook POSTs for one dead letter, want exactly 1: %v", len(bodies), bodies)
+	}
+	checkLetterBody(t, bodies[0], ds[0])
+
+	// The dead letter survives a restart unchanged, is not announced again, and the
+	// restart runs nothing of the dead run.
+	m.stop()
+	m = startModel(t, dir, sink.hooks(), true)
+	after, _, err := m.client.DeadLetters(ctx, "model", "", 10)
+	if err != nil || len(after) != 1 || !proto.Equal(after[0], ds[0]) {
+		t.Fatalf("after another restart the dead letters are %v (%v), want exactly %v", after, err, ds[0])
+	}
+	if got, err := m.client.DeadLetter(ctx, "model", ds[0].RunId); err != nil || got.Attempts != 3 {
+		t.Fatalf("inspect after the restart: %v %v", got, err)
+	}
+	time.Sleep(500 * time.Millisecond) // the worker is connected: a re-dispatch would show
+	if n := len(m.runsOf(j.Id)); n != 0 || sink.count() != 1 {
+		t.Fatalf("the restart ran %d attempts of a dead run and sent %d webhook POSTs in all, want 0 and 1", n, sink.count())
+	}
+
 	// replay: a fresh attempt that succeeds now.
 	m.fail.Store(false)
 	if _, err := m.client.Replay(ctx, "model", ds[0].RunId); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the replayed run", func() bool { return len(m.runsOf(j.Id)) == 3 })
-	if r := m.runsOf(j.Id)[2]; r.Attempt != 1 {
-		t.Fatalf("replayed run is attempt %d, want a fresh attempt 1", r.Attempt)
+	waitFor(t, 10*time.Second, "the replayed run", func() bool { return len(m.runsOf(j.Id)) >= 1 })
+	if rs := m.runsOf(j.Id); len(rs) != 1 || rs[0].Attempt != 1 || rs[0].ID == ds[0].RunId {
+		t.Fatalf("replayed runs %v, want one fresh attempt 1 with a new run id", rs)
 	}
 	if ds, _, _ := m.client.DeadLetters(ctx, "model", "", 10); len(ds) != 0 {
 		t.Fatalf("dead letter still listed after replay: %v", ds)
@@ -176,12 +298,17 @@ func TestRetryLadderToDeadLetterAcrossRestart(t *testing.T) {
 	if n, err := m.client.Purge(ctx, "model", ""); err != nil || n != 0 {
 		t.Fatalf("purge: %d %v", n, err)
 	}
+	if n := sink.count(); n != 1 {
+		t.Fatalf("%d webhook POSTs in all, want 1 (a successful replay is no new dead letter)", n)
+	}
 }
 
 // TestOperations: pause/resume, trigger with params, update, list filters and
-// pagination, run history, and an update of a deleted job.
+// pagination, run history, dead-letter pagination and alerts, and an update of a
+// deleted job.
 func TestOperations(t *testing.T) {
-	m := startModel(t, t.TempDir(), nil, false)
+	sink := newHookSink(t)
+	m := startModel(t, t.TempDir(), sink.hooks(), false)
 	ctx := context.Background()
 	rate, err := m.client.Create(ctx, &messages.Job{App: "model", Handler: "echo",
 		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_FIXED_RATE, EveryMs: 200}})
@@ -260,9 +387,98 @@ func TestOperations(t *testing.T) {
 			t.Fatal("listing not in id order")
 		}
 	}
+
+	// Dead letters, listed a page at a time: three jobs that fail their only attempt.
+	dead := map[int64]bool{}
+	for i := 0; i < 3; i++ {
+		d, err := m.client.Create(ctx, &messages.Job{App: "model", Handler: "fail",
+			Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE}, Policy: &messages.Policy{Attempts: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead[d.Id] = true
+	}
+	var letters []*messages.DeadLetter
+	waitFor(t, 10*time.Second, "three dead letters", func() bool {
+		ds, _, err := m.client.DeadLetters(ctx, "model", "", 10)
+		letters = ds
+		return err == nil && len(ds) == 3
+	})
+	page1, next, err := m.client.DeadLetters(ctx, "model", "", 2)
+	if err != nil || len(page1) != 2 || next != page1[1].RunId {
+		t.Fatalf("dead letters page 1: %v next %q %v; want 2 and a cursor at the second", page1, next, err)
+	}
+	page2, next2, err := m.client.DeadLetters(ctx, "model", next, 2)
+	if err != nil || len(page2) != 1 || next2 != "" {
+		t.Fatalf("dead letters page 2: %v next %q %v; want the last one and no cursor", page2, next2, err)
+	}
+	for i, d := range append(page1, page2...) {
+		if d.RunId != letters[i].RunId || !dead[d.JobId] || d.Attempts != 1 || d.LastError != "always fails" {
+			t.Fatalf("paged dead letter %d is %v; the full listing is %v", i, d, letters)
+		}
+		if i > 0 && d.RunId <= letters[i-1].RunId {
+			t.Fatalf("dead letters not in run id order: %v", letters)
+		}
+	}
+	// One alert per new dead letter, each naming its own run.
+	waitFor(t, 5*time.Second, "three webhook alerts", func() bool { return sink.count() >= 3 })
+	time.Sleep(300 * time.Millisecond) // a duplicate would arrive by now
+	alerted := map[string]int{}
+	for _, b := range sink.letters(t) {
+		rid, _ := b["run_id"].(string)
+		alerted[rid]++
+	}
+	for _, d := range letters {
+		if alerted[d.RunId] != 1 {
+			t.Fatalf("webhook POSTs by run %v; want exactly one for each of %v", alerted, letters)
+		}
+	}
+	if len(alerted) != 3 || sink.count() != 3 {
+		t.Fatalf("%d webhook POSTs (%v) for 3 dead letters", sink.count(), alerted)
+	}
+
+	// State filters: exactly the active jobs (the dead-lettered one-shots are done),
+	// then exactly the paused one.
+	ids := func(js []*messages.Job) map[int64]bool {
+		out := map[int64]bool{}
+		for _, j := range js {
+			out[j.Id] = true
+		}
+		return out
+	}
+	paged, _, err := m.client.List(ctx, "model", cluster.ListOptions{Handler: "paged"})
+	if err != nil || len(paged) != 5 {
+		t.Fatalf("paged jobs: %v %v", paged, err)
+	}
+	wantActive := ids(paged)
+	wantActive[rate.Id], wantActive[api.Id] = true, true
+	active, _, err := m.client.List(ctx, "model", cluster.ListOptions{State: messages.JobState_ACTIVE})
+	if err != nil || len(active) != len(wantActive) || !maps.Equal(ids(active), wantActive) {
+		t.Fatalf("active filter: %v %v; want ids %v", active, err, wantActive)
+	}
+	for _, j := range active {
+		if j.State != messages.JobState_ACTIVE {
+			t.Fatalf("active filter returned %v", j)
+		}
+	}
 	paused, _, err := m.client.List(ctx, "model", cluster.ListOptions{State: messages.JobState_PAUSED})
 	if err != nil || len(paused) != 0 {
 		t.Fatalf("paused filter: %v %v", paused, err)
+	}
+	if _, err := m.client.Pause(ctx, "model", paged[2].Id); err != nil {
+		t.Fatal(err)
+	}
+	paused, _, err = m.client.List(ctx, "model", cluster.ListOptions{State: messages.JobState_PAUSED})
+	if err != nil || len(paused) != 1 || paused[0].Id != paged[2].Id || paused[0].State != messages.JobState_PAUSED {
+		t.Fatalf("paused filter after a pause: %v %v; want only job %d", paused, err, paged[2].Id)
+	}
+	if js, _, err := m.client.List(ctx, "model", cluster.ListOptions{State: messages.JobState_PAUSED, Handler: "echo"}); err != nil || len(js) != 0 {
+		t.Fatalf("paused echo jobs: %v %v; want none (the paused job is a paged one)", js, err)
+	}
+	active, _, err = m.client.List(ctx, "model", cluster.ListOptions{State: messages.JobState_ACTIVE})
+	delete(wantActive, paged[2].Id)
+	if err != nil || !maps.Equal(ids(active), wantActive) {
+		t.Fatalf("active filter after a pause: %v %v; want ids %v", active, err, wantActive)
 	}
 	if err := m.client.Delete(ctx, "model", api.Id); err != nil {
 		t.Fatal(err)
@@ -308,5 +524,56 @@ func TestTimeoutAndFixedDelay(t *testing.T) {
 	time.Sleep(1200 * time.Millisecond)
 	if n := len(m.runsOf(fd.Id)); n != 3 {
 		t.Fatalf("max_runs 3 but %d runs", n)
+	}
+}
+
+// TestBadPolicyAndWindow: a malformed routing policy, window or fixed-delay interval
+// is refused on create and on update with a typed error naming the field, and
+// nothing of it is stored.
+func TestBadPolicyAndWindow(t *testing.T) {
+	m := startModel(t, t.TempDir(), nil, false)
+	ctx := context.Background()
+	hourMs := time.Hour.Milliseconds()
+	nowMs := time.Now().UnixMilli()
+	every := &messages.Schedule{Kind: messages.ScheduleKind_FIXED_RATE, EveryMs: 1000}
+	cases := []struct {
+		name     string
+		schedule *messages.Schedule
+		policy   *messages.Policy
+		field    string
+		says     string // in the message: the limit or the reason
+	}{
+		{"consistent hash without a key", every, &messages.Policy{Route: messages.Route_CONSISTENT_HASH}, "policy.route_key", "route key"},
+		{"unknown route", every, &messages.Policy{Route: messages.Route(99)}, "policy.route", "99"},
+		{"window ends before it starts", &messages.Schedule{Kind: messages.ScheduleKind_FIXED_RATE, EveryMs: 1000,
+			NotBeforeMs: nowMs + 2*hourMs, NotAfterMs: nowMs + hourMs}, nil, "schedule.not_after", "before it starts"},
+		{"cron window ends before it starts", &messages.Schedule{Kind: messages.ScheduleKind_CRON, Cron: "@hourly",
+			NotBeforeMs: nowMs + 2*hourMs, NotAfterMs: nowMs + hourMs}, nil, "schedule.not_after", "before it starts"},
+		{"fixed delay of zero", &messages.Schedule{Kind: messages.ScheduleKind_FIXED_DELAY}, nil, "schedule.every", "0 ms is outside"},
+		{"negative fixed delay", &messages.Schedule{Kind: messages.ScheduleKind_FIXED_DELAY, EveryMs: -1000}, nil, "schedule.every", "-1000 ms is outside"},
+	}
+	check := func(t *testing.T, op string, err error, field, says string) {
+		t.Helper()
+		var ke *kerr.Error
+		if !errors.Is(err, kerr.ErrInvalidArgument) || !errors.As(err, &ke) || ke.Field != field || !strings.Contains(ke.Message, says) {
+			t.Fatalf("%s: got %v, want %v naming field %q and saying %q", op, err, kerr.ErrInvalidArgument, field, says)
+		}
+	}
+	good, err := m.client.Create(ctx, &messages.Job{App: "model", Handler: "echo",
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_API_ONLY}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := m.client.Create(ctx, &messages.Job{App: "model", Handler: "echo", Schedule: tc.schedule, Policy: tc.policy})
+			check(t, "create", err, tc.field, tc.says)
+			_, err = m.client.Update(ctx, &messages.Job{Id: good.Id, App: "model", Handler: "echo", Schedule: tc.schedule, Policy: tc.policy})
+			check(t, "update", err, tc.field, tc.says)
+		})
+	}
+	js, _, err := m.client.List(ctx, "model", cluster.ListOptions{})
+	if err != nil || len(js) != 1 || js[0].Id != good.Id || js[0].Version != 1 || !proto.Equal(js[0].Schedule, good.Schedule) {
+		t.Fatalf("after the refused requests the jobs are %v (%v); want only job %d unchanged at version 1", js, err, good.Id)
 	}
 }

@@ -45,8 +45,8 @@ func dlqCmd() *cobra.Command {
 			for _, d := range ds {
 				printLetter(d, asJSON)
 			}
-			if next != "" && !asJSON {
-				fmt.Printf("# next page: --after %s\n", next)
+			if next != "" {
+				nextPage(asJSON, next)
 			}
 			return nil
 		})

@@ -373,8 +373,8 @@ func jobCmd() *cobra.Command {
 				for _, j := range js {
 					printJob(j, asJSON)
 				}
-				if next != 0 && !asJSON {
-					fmt.Printf("# next page: --after %d\n", next)
+				if next != 0 {
+					nextPage(asJSON, strconv.FormatInt(next, 10))
 				}
 				return nil
 			})

@@ -137,6 +137,16 @@ func newClient(ctx context.Context) (*cluster.Client, error) {
 	return cluster.NewClient(ctx, cluster.ClientConfig{Servers: splitList(g.servers), Log: logger()})
 }
 
+// nextPage tells how to get the next page of a list: after the rows, or on
+// stderr with --json so stdout stays one JSON object per line.
+func nextPage(asJSON bool, after string) {
+	w := os.Stdout
+	if asJSON {
+		w = os.Stderr
+	}
+	fmt.Fprintf(w, "# next page: --after %s\n", after)
+}
+
 func printJSON(v any) {
 	if m, ok := v.(proto.Message); ok {
 		b, _ := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: false}.Marshal(m)

@@ -254,6 +254,9 @@ func jobCmd() *cobra.Command {
 			if uid <= 0 {
 				return invalid("id", "is required")
 			}
+			if uf.paused {
+				return invalid("paused", "an update keeps the job's state; use kjob job pause or resume")
+			}
 			j.Id = uid
 			return withClient(func(ctx context.Context, cl *cluster.Client) error {
 				out, err := cl.Update(ctx, j)
@@ -265,6 +268,8 @@ func jobCmd() *cobra.Command {
 			})
 		}}
 	uf.register(update)
+	// An update replaces the definition, not the state: pause and resume do that.
+	_ = update.Flags().MarkHidden("paused")
 	update.Flags().Int64Var(&uid, "id", 0, "job id (required)")
 
 	byID := func(use, short string, fn func(ctx context.Context, cl *cluster.Client, app string, id int64) error) *cobra.Command {

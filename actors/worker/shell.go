@@ -50,12 +50,17 @@ type Actor struct {
 	onRun    func(r *Run, res *messages.RunResult)
 	ctx      actor.Context
 	stop     chan struct{}
+	clock0   time.Time // the core's clock is milliseconds since then (monotonic)
 }
 
 // NewActor makes a worker shell. onRun (may be nil) is called after each executed run.
 func NewActor(id string, capacity int, handlers map[string]HandlerFunc, log *slog.Logger, onRun func(*Run, *messages.RunResult)) *Actor {
-	return &Actor{core: core.New(capacity), id: id, handlers: handlers, log: log, onRun: onRun}
+	return &Actor{core: core.New(capacity), id: id, handlers: handlers, log: log, onRun: onRun, clock0: time.Now()}
 }
+
+// nowMs is the core's clock: monotonic, so a wall clock stepping back does not hold
+// the results' resends.
+func (a *Actor) nowMs() int64 { return time.Since(a.clock0).Milliseconds() }
 
 // Core exposes the state for heartbeats (read it only from the actor or via Busy).
 func (a *Actor) Core() *core.Core { return a.core }
@@ -98,14 +103,14 @@ func (a *Actor) Receive(ctx actor.Context) {
 			// The shard moved while the handler ran: report to its new owner.
 			m.res.Epoch, m.res.Shard, m.to = d.Epoch, d.Shard, d.ReplyTo
 		}
-		if next := a.core.Finished(time.Now().UnixMilli(), m.res); next != nil {
+		if next := a.core.Finished(a.nowMs(), m.res); next != nil {
 			a.start(next)
 		}
 		a.send(m.to, m.res)
 	case *messages.ResultAck:
 		a.core.Acked(m.RunId)
 	case *resendTick:
-		rs, to := a.core.Unacked(time.Now().UnixMilli())
+		rs, to := a.core.Unacked(a.nowMs())
 		for i := range rs {
 			a.send(to[i], rs[i])
 		}

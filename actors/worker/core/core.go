@@ -42,17 +42,35 @@ type entry struct {
 	result  *messages.RunResult // nil while running
 	sentMs  int64
 	resends int
-	acked   bool
+	waiting bool   // in Core.waiting: finished, not acknowledged, not forgotten, not given up
+	sameRun *entry // the next waiting result of the same run id (another attempt), for Acked
 }
 
 // Core is the worker's state machine.
+//
+// The results the shard has not acknowledged yet are kept apart from the remembered
+// runs, so the resend tick costs what is due, not what is remembered:
+//
+//   - waiting is a FIFO of those results in the order they were last sent, so in
+//     the order they fall due (sentMs never decreases along it: see clock). Unacked
+//     pops from its front what is due, and what stopped waiting since (acked,
+//     forgotten or given up: waiting false), and stops at the first result still
+//     waiting and not due. A result resent goes to the back.
+//   - waitingRun maps a run id to its waiting results (a list through sameRun,
+//     usually one attempt), so Acked does not look up every possible attempt.
+//
+// An entry is in waitingRun exactly when waiting is true, and then it is in waiting
+// exactly once; an entry that stopped waiting may still be in waiting until Unacked
+// pops it.
 type Core struct {
-	capacity int
-	busy     int
-	queue    []*messages.Dispatch
-	seen     map[key]*entry
-	order    []key // finished runs, oldest first, for eviction
-	unacked  []key // finished runs whose result the shard has not acknowledged yet
+	capacity   int
+	busy       int
+	queue      []*messages.Dispatch
+	seen       map[key]*entry
+	order      []key    // finished runs, oldest first, for eviction
+	waiting    []*entry // results not acknowledged yet, oldest send first
+	waitingRun map[string]*entry
+	clockMs    int64 // the latest nowMs seen: a clock going back is held here
 }
 
 // New makes a worker core with capacity pool slots.
@@ -60,7 +78,7 @@ func New(capacity int) *Core {
 	if capacity <= 0 {
 		capacity = DefaultCapacity
 	}
-	return &Core{capacity: capacity, seen: make(map[key]*entry)}
+	return &Core{capacity: capacity, seen: make(map[key]*entry), waitingRun: make(map[string]*entry)}
 }
 
 // Busy is the number of handlers running.
@@ -109,13 +127,20 @@ func (c *Core) Latest(runID string, attempt int32) *messages.Dispatch {
 
 // Finished records a run's result and returns the next queued dispatch to start.
 func (c *Core) Finished(nowMs int64, r *messages.RunResult) *messages.Dispatch {
+	nowMs = c.clock(nowMs)
 	k := key{r.RunId, r.Attempt}
 	if e := c.seen[k]; e != nil {
-		e.result, e.sentMs = r, nowMs
+		e.result = r
 		c.order = append(c.order, k)
-		c.unacked = append(c.unacked, k)
+		if !e.waiting { // (a run finishes once: waiting already would be a second report)
+			e.sentMs = nowMs
+			c.wait(e)
+		}
 	}
 	for len(c.order) > RememberRuns {
+		if e := c.seen[c.order[0]]; e != nil && e.waiting {
+			c.unwait(e) // forgotten: no longer resent
+		}
 		delete(c.seen, c.order[0])
 		c.order = c.order[1:]
 	}
@@ -128,28 +153,35 @@ func (c *Core) Finished(nowMs int64, r *messages.RunResult) *messages.Dispatch {
 	return nil
 }
 
-// Acked marks a result as recorded by its shard.
+// Acked marks a result as recorded by its shard: every attempt of runID waiting for
+// an ack stops waiting.
 func (c *Core) Acked(runID string) {
-	for a := int32(1); a <= 64; a++ {
-		if e := c.seen[key{runID, a}]; e != nil && e.result != nil {
-			e.acked = true
-		}
+	e := c.waitingRun[runID]
+	if e == nil {
+		return
+	}
+	delete(c.waitingRun, runID)
+	for e != nil {
+		next := e.sameRun
+		e.waiting, e.sameRun = false, nil
+		e = next
 	}
 }
 
 // Unacked returns results to send again (no ack after ResultResendMs), with their
-// dispatches (for reply_to).
-// Only the results still waiting for an ack are walked, not every remembered run.
+// dispatches (for reply_to). It walks only the front of the waiting results: those
+// due, and those acknowledged or forgotten since the last call.
 func (c *Core) Unacked(nowMs int64) (rs []*messages.RunResult, to []*messages.Ref) {
-	keep := c.unacked[:0]
-	for _, k := range c.unacked {
-		e := c.seen[k]
-		if e == nil || e.acked || e.result == nil || e.resends >= MaxResultResends {
-			continue // acknowledged, forgotten or given up: no longer waiting
+	nowMs = c.clock(nowMs)
+	for len(c.waiting) > 0 {
+		e := c.waiting[0]
+		if e.waiting && nowMs-e.sentMs < ResultResendMs {
+			break // this one and every one after it sent too recently
 		}
-		keep = append(keep, k)
-		if nowMs-e.sentMs < ResultResendMs {
-			continue
+		c.waiting[0] = nil
+		c.waiting = c.waiting[1:]
+		if !e.waiting {
+			continue // acknowledged, forgotten or given up
 		}
 		e.resends++
 		e.sentMs = nowMs
@@ -157,8 +189,50 @@ func (c *Core) Unacked(nowMs int64) (rs []*messages.RunResult, to []*messages.Re
 		r.Epoch, r.Shard = e.d.Epoch, e.d.Shard
 		rs = append(rs, r)
 		to = append(to, e.d.ReplyTo)
+		if e.resends >= MaxResultResends {
+			c.unwait(e) // given up
+			continue
+		}
+		c.waiting = append(c.waiting, e)
 	}
-	clear(c.unacked[len(keep):])
-	c.unacked = keep
 	return rs, to
+}
+
+// wait puts a finished run's result among those waiting for an ack.
+func (c *Core) wait(e *entry) {
+	e.waiting = true
+	e.sameRun = c.waitingRun[e.d.RunId]
+	c.waitingRun[e.d.RunId] = e
+	c.waiting = append(c.waiting, e)
+}
+
+// unwait takes a result out of those waiting for an ack (it stays in c.waiting until
+// Unacked pops it).
+func (c *Core) unwait(e *entry) {
+	id := e.d.RunId
+	if c.waitingRun[id] == e {
+		if e.sameRun == nil {
+			delete(c.waitingRun, id)
+		} else {
+			c.waitingRun[id] = e.sameRun
+		}
+	} else {
+		for p := c.waitingRun[id]; p != nil; p = p.sameRun {
+			if p.sameRun == e {
+				p.sameRun = e.sameRun
+				break
+			}
+		}
+	}
+	e.waiting, e.sameRun = false, nil
+}
+
+// clock keeps the core's time from going back, so that c.waiting stays in the order
+// its results fall due: a caller's clock stepping back holds the core at the latest
+// time it saw until it catches up (the shell passes a monotonic clock).
+func (c *Core) clock(nowMs int64) int64 {
+	if nowMs > c.clockMs {
+		c.clockMs = nowMs
+	}
+	return c.clockMs
 }

@@ -1,7 +1,12 @@
 package core
 
 import (
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
+
+	"pgregory.net/rapid"
 
 	"github.com/kjob/kjob/messages"
 )
@@ -80,7 +85,239 @@ func TestUnackedResent(t *testing.T) {
 		t.Fatalf("resent %v, want only b", rs)
 	}
 	c.Acked("b")
-	if rs, _ := c.Unacked(10 * ResultResendMs); len(rs) != 0 || len(c.unacked) != 0 {
-		t.Fatalf("after the acks: resent %v, %d waiting", rs, len(c.unacked))
+	if rs, _ := c.Unacked(10 * ResultResendMs); len(rs) != 0 || len(c.waiting) != 0 || len(c.waitingRun) != 0 {
+		t.Fatalf("after the acks: resent %v, %d waiting, %d runs waiting", rs, len(c.waiting), len(c.waitingRun))
 	}
+}
+
+// A result never acknowledged is sent again every ResultResendMs, MaxResultResends
+// times, then given up.
+func TestUnackedGivenUp(t *testing.T) {
+	c := New(2)
+	c.Dispatch(disp("a", 1, 1, "s"))
+	c.Finished(0, &messages.RunResult{RunId: "a", Attempt: 1})
+	var at []int64
+	for now := int64(0); now <= 4*MaxResultResends*ResultResendMs; now += ResultResendMs / 2 {
+		if rs, _ := c.Unacked(now); len(rs) > 0 {
+			at = append(at, now)
+		}
+	}
+	if len(at) != MaxResultResends {
+		t.Fatalf("resent %d times (at %v), want %d", len(at), at, MaxResultResends)
+	}
+	for i, now := range at {
+		if want := int64(i+1) * ResultResendMs; now != want {
+			t.Fatalf("resend %d at %d ms, want %d", i+1, now, want)
+		}
+	}
+	if len(c.waiting) != 0 || len(c.waitingRun) != 0 {
+		t.Fatalf("given up but still waiting: %d, %d runs", len(c.waiting), len(c.waitingRun))
+	}
+	if a, r := c.Dispatch(disp("a", 1, 2, "s")); a != Resend || r == nil {
+		t.Fatalf("a given-up result is still remembered: %v %v, want Resend", a, r)
+	}
+}
+
+// An ack names a run, not an attempt: every attempt's result waiting stops.
+func TestAckStopsEveryAttempt(t *testing.T) {
+	c := New(4)
+	for _, d := range []*messages.Dispatch{disp("r", 1, 1, "s"), disp("r", 2, 1, "s"), disp("q", 1, 1, "s")} {
+		c.Dispatch(d)
+		c.Finished(0, &messages.RunResult{RunId: d.RunId, Attempt: d.Attempt})
+	}
+	c.Acked("r")
+	c.Acked("nothing") // unknown: no effect
+	rs, _ := c.Unacked(ResultResendMs)
+	if len(rs) != 1 || rs[0].RunId != "q" {
+		t.Fatalf("resent %v, want only q", rs)
+	}
+	c.Acked("q")
+	c.Acked("q") // twice: no effect
+	if rs, _ := c.Unacked(10 * ResultResendMs); len(rs) != 0 {
+		t.Fatalf("resent %v after every ack", rs)
+	}
+}
+
+// A result resent moves behind those sent after it, and one acked behind one still
+// waiting is dropped when it reaches the front: each is resent on time.
+func TestUnackedOrderAfterResend(t *testing.T) {
+	c := New(4)
+	finish := map[int64]string{0: "a", ResultResendMs / 2: "b", ResultResendMs: "c"}
+	want := map[int64][]string{ResultResendMs: {"a"}, 2 * ResultResendMs: {"a", "c"}, 3 * ResultResendMs: {"a"}}
+	for now := int64(0); now <= 3*ResultResendMs; now += ResultResendMs / 4 {
+		if id, ok := finish[now]; ok {
+			c.Dispatch(disp(id, 1, 1, "s"))
+			c.Finished(now, &messages.RunResult{RunId: id, Attempt: 1})
+		}
+		if now == ResultResendMs {
+			c.Acked("b") // acked before its resend, behind a still waiting: never resent
+		}
+		if now == 5*ResultResendMs/2 {
+			c.Acked("c")
+		}
+		rs, _ := c.Unacked(now)
+		var got []string
+		for _, r := range rs {
+			got = append(got, r.RunId)
+		}
+		slices.Sort(got)
+		if w := want[now]; !slices.Equal(got, w) {
+			t.Fatalf("at %d ms resent %v, want %v", now, got, w)
+		}
+	}
+}
+
+// A result forgotten (RememberRuns newer runs finished since) is no longer resent,
+// and its run id is no longer recognised as a duplicate.
+func TestForgottenNotResent(t *testing.T) {
+	c := New(1)
+	for i := 0; i <= RememberRuns; i++ {
+		id := strconv.Itoa(i)
+		c.Dispatch(disp(id, 1, 1, "s"))
+		c.Finished(0, &messages.RunResult{RunId: id, Attempt: 1})
+	}
+	rs, _ := c.Unacked(ResultResendMs)
+	if len(rs) != RememberRuns || rs[0].RunId != "1" {
+		t.Fatalf("resent %d results, first %v, want %d from run 1", len(rs), rs[0].RunId, RememberRuns)
+	}
+	if len(c.waitingRun) != RememberRuns {
+		t.Fatalf("%d runs waiting, want %d", len(c.waitingRun), RememberRuns)
+	}
+	if a, _ := c.Dispatch(disp("1", 1, 1, "s")); a != Resend {
+		t.Fatalf("remembered run: %v, want Resend", a)
+	}
+	if a, _ := c.Dispatch(disp("0", 1, 1, "s")); a != Start {
+		t.Fatalf("forgotten run: %v, want Start", a)
+	}
+}
+
+// A clock stepping back holds the core at the latest time it saw: nothing is resent
+// early, nothing is lost.
+func TestClockGoingBack(t *testing.T) {
+	c := New(2)
+	c.Dispatch(disp("a", 1, 1, "s"))
+	c.Finished(10*ResultResendMs, &messages.RunResult{RunId: "a", Attempt: 1})
+	c.Dispatch(disp("b", 1, 1, "s"))
+	c.Finished(ResultResendMs, &messages.RunResult{RunId: "b", Attempt: 1}) // the clock went back
+	if rs, _ := c.Unacked(3 * ResultResendMs); len(rs) != 0 {
+		t.Fatalf("resent %v before ResultResendMs on the core's clock", rs)
+	}
+	if rs, _ := c.Unacked(11 * ResultResendMs); len(rs) != 2 {
+		t.Fatalf("resent %v, want a and b", rs)
+	}
+}
+
+// The reference model of the results waiting for an ack: the resend tick as a walk
+// over every finished run, in the order they finished (the core before the waiting
+// results were kept apart).
+type refRun struct {
+	finished bool
+	sentMs   int64
+	resends  int
+	acked    bool
+}
+
+// TestUnackedModel drives the core and the reference with the same dispatches,
+// finishes, acks and ticks on a clock that never goes back, and requires the same
+// actions and the same results resent at every tick.
+func TestUnackedModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		c := New(64)
+		runs := map[key]*refRun{}
+		var order []key
+		nowMs := int64(0)
+		runIDs := []string{"r0", "r1", "r2", "r3", "r4", "r5"}
+		drawKey := func() key {
+			return key{rapid.SampledFrom(runIDs).Draw(t, "run"), int32(rapid.IntRange(1, 3).Draw(t, "attempt"))}
+		}
+		steps := rapid.IntRange(1, 400).Draw(t, "steps")
+		for i := 0; i < steps; i++ {
+			nowMs += int64(rapid.IntRange(0, ResultResendMs).Draw(t, "advanceMs"))
+			switch rapid.IntRange(0, 3).Draw(t, "op") {
+			case 0: // dispatch
+				k := drawKey()
+				a, res := c.Dispatch(disp(k.run, k.attempt, 1, "s"))
+				want := Start
+				if r := runs[k]; r != nil && r.finished {
+					want = Resend
+				} else if r != nil {
+					want = Duplicate
+				} else {
+					runs[k] = &refRun{}
+				}
+				if a != want || (a == Resend && (res.RunId != k.run || res.Attempt != k.attempt || !res.Duplicate)) {
+					t.Fatalf("dispatch %v at %d: %v %v, want %v", k, nowMs, a, res, want)
+				}
+			case 1: // a running handler finishes
+				var running []key
+				for k, r := range runs {
+					if !r.finished {
+						running = append(running, k)
+					}
+				}
+				if len(running) == 0 {
+					continue
+				}
+				slices.SortFunc(running, func(a, b key) int {
+					return strings.Compare(a.run+strconv.Itoa(int(a.attempt)), b.run+strconv.Itoa(int(b.attempt)))
+				})
+				k := rapid.SampledFrom(running).Draw(t, "finish")
+				if next := c.Finished(nowMs, &messages.RunResult{RunId: k.run, Attempt: k.attempt}); next != nil {
+					t.Fatalf("finish %v: started %v from an empty queue", k, next)
+				}
+				runs[k].finished, runs[k].sentMs = true, nowMs
+				order = append(order, k)
+			case 2: // ack
+				id := rapid.SampledFrom(runIDs).Draw(t, "ack")
+				c.Acked(id)
+				for k, r := range runs {
+					if k.run == id && r.finished {
+						r.acked = true
+					}
+				}
+			case 3: // resend tick
+				rs, to := c.Unacked(nowMs)
+				var got, want []string
+				for i, r := range rs {
+					if to[i] == nil || to[i].Address != "s" {
+						t.Fatalf("resend of %s to %v", r.RunId, to[i])
+					}
+					got = append(got, r.RunId+"/"+strconv.Itoa(int(r.Attempt)))
+				}
+				for _, k := range order {
+					r := runs[k]
+					if r.acked || r.resends >= MaxResultResends || nowMs-r.sentMs < ResultResendMs {
+						continue
+					}
+					r.resends++
+					r.sentMs = nowMs
+					want = append(want, k.run+"/"+strconv.Itoa(int(k.attempt)))
+				}
+				slices.Sort(got)
+				slices.Sort(want)
+				if !slices.Equal(got, want) {
+					t.Fatalf("tick at %d: resent %v, want %v", nowMs, got, want)
+				}
+			}
+			// Every result waiting in the reference is listed under its run, once.
+			nWaiting := 0
+			for _, r := range runs {
+				if r.finished && !r.acked && r.resends < MaxResultResends {
+					nWaiting++
+				}
+			}
+			n := 0
+			for id, e := range c.waitingRun {
+				for ; e != nil; e = e.sameRun {
+					if !e.waiting || e.d.RunId != id {
+						t.Fatalf("run %s lists %v (waiting %v)", id, e.d.RunId, e.waiting)
+					}
+					n++
+				}
+			}
+			if n != nWaiting {
+				t.Fatalf("%d results listed as waiting, want %d", n, nWaiting)
+			}
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -191,6 +192,11 @@ func BenchmarkAppendSyncPaced(b *testing.B) {
 	var wg sync.WaitGroup
 	var acked sync.WaitGroup
 	acked.Add(n)
+	// The benchmarks before this one leave hundreds of MiB of dirty pages that the
+	// kernel writes back for seconds after they end; flush them first, so their
+	// writeback does not queue ahead of this run's msyncs (with it p99 measured
+	// 4.2 ms in a full run and 0.42 ms alone).
+	syscall.Sync()
 	b.ResetTimer()
 	t0 := time.Now()
 	for a := range appenders {

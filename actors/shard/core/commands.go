@@ -314,7 +314,7 @@ func (c *Core) pauseResume(m proto.Message, nowMs int64) proto.Message {
 	case !pause && j.State == messages.JobState_PAUSED:
 		j.State = messages.JobState_ACTIVE
 		j.NextDueMs = 0
-		if d, ok := old.sched.First(nowMs, j.Runs); ok && !waitsForFinish(j, old) {
+		if d, ok := c.schedOf(old).First(nowMs, j.Runs); ok && !waitsForFinish(j, old) {
 			j.NextDueMs = d
 		}
 	default:

@@ -164,8 +164,9 @@ type Core struct {
 	epoch  int64
 
 	jobs     map[int64]*job
-	compiled compiledFor  // create → apply (commands.go)
-	due      *wheel.Wheel // next fire per job; payload = job id
+	compiled compiledFor       // create → apply (commands.go)
+	interned map[string]string // handler names (intern)
+	due      *wheel.Wheel      // next fire per job; payload = job id
 	runs     map[string]*run
 	bySeq    map[uint64]*run
 	timers   *wheel.Wheel // per run; payload = run seq
@@ -518,9 +519,23 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 			j = &job{}
 			c.jobs[jm.Id] = j
 		}
+		// Every job of the shard has its app's name, and handlers are few: one copy
+		// of each string serves them all (they were two allocations per job).
+		if jm.App == c.cfg.Shard.App {
+			jm.App = c.cfg.Shard.App
+		}
+		jm.Handler = c.intern(jm.Handler)
 		j.j = jm
-		if j.sched = c.compiled.take(jm); j.sched == nil {
-			j.sched, _ = compile(jm, jm.CreatedMs) // validated before it was journaled
+		sc := c.compiled.take(jm)
+		switch jm.Schedule.GetKind() {
+		case messages.ScheduleKind_ONCE, messages.ScheduleKind_API_ONLY:
+			// Nothing after the first due, which is in NextDueMs: no compiled
+			// schedule kept (a resume compiles it again; schedOf).
+			j.sched = nil
+		default:
+			if j.sched = sc; j.sched == nil {
+				j.sched, _ = compile(jm, jm.CreatedMs) // validated before it was journaled
+			}
 		}
 		c.setDue(j, jm.NextDueMs)
 		c.reqs.add(jm.RequestId, jm.Id, jm.UpdatedMs)
@@ -639,6 +654,34 @@ func (c *Core) armExpiry(j *job) {
 		return
 	}
 	j.expiry = c.expire.Add(at, uint64(j.j.Id))
+}
+
+// maxInterned bounds the handler names a shard keeps one copy of.
+const maxInterned = 4096
+
+// intern returns the shard's copy of handler name h.
+func (c *Core) intern(h string) string {
+	if s, ok := c.interned[h]; ok {
+		return s
+	}
+	if c.interned == nil {
+		c.interned = map[string]string{}
+	}
+	if len(c.interned) < maxInterned {
+		c.interned[h] = h
+	}
+	return h
+}
+
+// schedOf is j's compiled schedule: kept for the periodic kinds, compiled again
+// for the others (a one-shot or API-only job keeps none: it was a tenth of a
+// pending one-shot's memory).
+func (c *Core) schedOf(j *job) *schedule.Compiled {
+	if j.sched != nil {
+		return j.sched
+	}
+	sc, _ := compile(j.j, j.j.CreatedMs) // validated before it was journaled
+	return sc
 }
 
 // remember adds rec to j's run history, keeping the last Config.History.

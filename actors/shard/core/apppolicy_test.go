@@ -101,7 +101,7 @@ func TestAppPolicyRouting(t *testing.T) {
 // its app; without one anywhere it is refused, naming the field.
 func TestAppPolicyRouteKeyInherited(t *testing.T) {
 	job := &messages.Job{Id: 7, App: "app", Handler: "h", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE},
-		Policy: &messages.Policy{Route: messages.Route_CONSISTENT_HASH}}
+		Policy: &messages.Policy{Route: messages.Route_CONSISTENT_HASH}, Params: []byte(`{"customer":"c1"}`)}
 	c, e := appPolicyCore(1000, &messages.Policy{RouteKey: "customer"}, "w1")
 	if _, err := c.create(job, 1000); err != nil {
 		t.Fatalf("consistent_hash with the app's route key: %v", err)
@@ -133,4 +133,49 @@ func TestValidatePolicyNamesTheField(t *testing.T) {
 	if e := ValidatePolicy(&messages.Policy{Attempts: 3, LadderMs: []int64{1000}, Route: messages.Route_LEAST_BUSY}, ""); e != nil {
 		t.Errorf("a valid policy: %v", e)
 	}
+}
+
+// TestConsistentHashNeedsTheKeyInParams: a consistent_hash job whose params do not
+// carry the route key (or are not a JSON object) is refused, naming the field; an
+// API-only job may leave its params to its triggers, which are checked instead.
+func TestConsistentHashNeedsTheKeyInParams(t *testing.T) {
+	pol := &messages.Policy{Route: messages.Route_CONSISTENT_HASH, RouteKey: "tenant"}
+	once := &messages.Schedule{Kind: messages.ScheduleKind_ONCE}
+	api := &messages.Schedule{Kind: messages.ScheduleKind_API_ONLY}
+	for _, tc := range []struct {
+		name   string
+		sched  *messages.Schedule
+		params string
+		field  string // "" = accepted
+	}{
+		{"key present", once, `{"tenant":"t1","x":1}`, ""},
+		{"key missing", once, `{"customer":"c1"}`, "policy.route_key"},
+		{"not an object", once, `hello`, "params"},
+		{"no params", once, ``, "params"},
+		{"api-only, params left to triggers", api, ``, ""},
+		{"api-only, key missing", api, `{"customer":"c1"}`, "policy.route_key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := appPolicyCore(1000, nil, "w1")
+			_, e := c.create(&messages.Job{Id: 7, App: "app", Handler: "h", Schedule: tc.sched, Policy: pol, Params: []byte(tc.params)}, 1000)
+			if got := e.GetField(); got != tc.field || (tc.field == "") != (e == nil) {
+				t.Fatalf("create: %v, want field %q", e, tc.field)
+			}
+		})
+	}
+	c, e := appPolicyCore(1000, nil, "w1")
+	c.Handle(1000, client, &messages.CreateJob{Job: &messages.Job{Id: 7, App: "app", Handler: "h", Schedule: api, Policy: pol}}, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	c.Handle(1001, client, &messages.TriggerJob{App: "app", Id: 7, Params: []byte(`{"customer":"c1"}`), HasParams: true}, e)
+	c.Durable(e.lsn, nil, e)
+	for _, s := range e.take() {
+		if r, ok := s.m.(*messages.JobReply); ok {
+			if r.Error.GetField() != "policy.route_key" {
+				t.Fatalf("trigger without the route key in its params: %v, want an error on policy.route_key", r.Error)
+			}
+			return
+		}
+	}
+	t.Fatal("no reply to the trigger")
 }

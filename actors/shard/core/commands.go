@@ -86,6 +86,11 @@ func (c *Core) command(m proto.Message, nowMs int64) proto.Message {
 		if len(x.Params) > MaxParamsBytes {
 			return &messages.JobReply{Error: kerr.Invalid("params", "%d bytes exceeds the limit of %d bytes", len(x.Params), MaxParamsBytes)}
 		}
+		if x.HasParams {
+			if e := c.checkRouteKey(j.j.Policy, x.Params); e != nil {
+				return &messages.JobReply{Error: e}
+			}
+		}
 		c.startRun(j, nowMs, nowMs, false, j.j.Runs, 0, x.Params, x.HasParams)
 		return &messages.JobReply{Job: jobCopy(j.j)}
 	case *messages.ListJobs:
@@ -171,6 +176,12 @@ func (c *Core) validate(j *messages.Job, createdMs int64) (*schedule.Compiled, *
 	}
 	if e := ValidatePolicy(j.Policy, c.cfg.AppPolicy.GetRouteKey()); e != nil {
 		return nil, e
+	}
+	// An API-only job may leave its params to each trigger (checked there).
+	if len(j.Params) > 0 || j.Schedule.GetKind() != messages.ScheduleKind_API_ONLY {
+		if e := c.checkRouteKey(j.Policy, j.Params); e != nil {
+			return nil, e
+		}
 	}
 	sc, err := compile(j, createdMs)
 	if err != nil {

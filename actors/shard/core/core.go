@@ -962,14 +962,36 @@ func (c *Core) routing(j *job) (messages.Route, string) {
 	if j == nil {
 		return messages.Route_ROUND_ROBIN, ""
 	}
-	if r := j.j.Policy.GetRoute(); r != messages.Route_ROUTE_DEFAULT {
-		k := j.j.Policy.GetRouteKey()
+	return c.routingOf(j.j.Policy)
+}
+
+func (c *Core) routingOf(p *messages.Policy) (messages.Route, string) {
+	if r := p.GetRoute(); r != messages.Route_ROUTE_DEFAULT {
+		k := p.GetRouteKey()
 		if k == "" {
 			k = c.cfg.AppPolicy.GetRouteKey()
 		}
 		return r, k
 	}
 	return c.cfg.AppPolicy.GetRoute(), c.cfg.AppPolicy.GetRouteKey() // ROUTE_DEFAULT: round robin
+}
+
+// checkRouteKey refuses params that a consistent_hash routing on key cannot hash:
+// not a JSON object, or one without that top-level field (every run would hash
+// the same empty key and go to one worker).
+func (c *Core) checkRouteKey(p *messages.Policy, params []byte) *messages.Error {
+	route, key := c.routingOf(p)
+	if route != messages.Route_CONSISTENT_HASH {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(params, &m) != nil || m == nil {
+		return kerr.Invalid("params", "consistent_hash routing on %q needs params that are a JSON object with that field", key)
+	}
+	if _, ok := m[key]; !ok {
+		return kerr.Invalid("policy.route_key", "%q is not a top-level field of the params, so consistent_hash has nothing to hash", key)
+	}
+	return nil
 }
 
 // runID names the run of job jobID due at dueMs: "job:due", and "job:due.N" when a

@@ -40,7 +40,9 @@ import (
 //	two-owners           two active owners of one shard at one epoch (stale-owner-active:
 //	                     at different epochs); stale-owner: a lower epoch dispatches
 //	                     while a higher one is active; epoch-fencing: a shard records a
-//	                     result carrying another epoch
+//	                     result carrying another epoch; overlapping-owners: two
+//	                     active shards of one app whose hash ranges overlap (a
+//	                     split's parent and a half)
 //	update-applied-twice one update call (its retries, duplicates) changes a job twice
 //	journal-mismatch     the live state of a quiescent shard differs from what replaying
 //	                     its journal rebuilds (a transition that was not journaled)
@@ -59,6 +61,8 @@ type checker struct {
 	// calls maps a client's reply address to its call, so a shard's input can be
 	// tied to the call it belongs to (every attempt has its own address).
 	calls map[string]*op
+	// began is when (sim time) each shard's last handoff or split began.
+	began map[string]int64
 }
 
 type jobModel struct {
@@ -90,7 +94,7 @@ type retryExp struct {
 
 func newChecker(s *Sim) *checker {
 	return &checker{s: s, jobs: map[int64]*jobModel{}, execs: map[string]int{}, retries: map[string]retryExp{},
-		expect: map[int64]int64{}, calls: map[string]*op{}}
+		expect: map[int64]int64{}, calls: map[string]*op{}, began: map[string]int64{}}
 }
 
 func (k *checker) failf(inv, format string, args ...any) { k.s.failf(inv, format, args...) }
@@ -190,6 +194,7 @@ func (k *checker) dispatched(h *shardHost, st *messages.RunState, now int64) {
 			if j := h.view[st.JobId]; j != nil {
 				base = max(base, j.UpdatedMs)
 			}
+			base = max(base, h.activeSince)
 			late := now - base
 			k.s.stats.MaxLateMs = max(k.s.stats.MaxLateMs, late)
 			if late > LateBoundMs {
@@ -300,9 +305,14 @@ func (k *checker) shardSent(h *shardHost, to *messages.Ref, m proto.Message) {
 			h.name, h.srv.addr, d.RunId, d.Attempt, d.JobId, jm.deletedAt-startMs)
 	}
 	for _, v := range k.s.servers {
-		if o := v.shards[h.name]; v.up && o != nil && o != h && active(o) && o.core.Epoch() > h.core.Epoch() {
-			k.failf("stale-owner", "%s@%d on %s dispatched %s while %s holds it at epoch %d",
-				h.name, h.core.Epoch(), h.srv.addr, d.RunId, v.addr, o.core.Epoch())
+		if !v.up {
+			continue
+		}
+		for _, n := range v.hostNames() {
+			if o := v.shards[n]; o != h && active(o) && overlaps(o.core.Shard(), h.core.Shard()) && o.core.Epoch() > h.core.Epoch() {
+				k.failf("stale-owner", "%s@%d on %s dispatched %s while %s holds %s at epoch %d",
+					h.name, h.core.Epoch(), h.srv.addr, d.RunId, v.addr, n, o.core.Epoch())
+			}
 		}
 	}
 	if jm := k.jobs[d.JobId]; jm != nil && d.Attempt == 1 {
@@ -435,7 +445,7 @@ func (k *checker) opDone(c *client, o *op, rep *messages.JobReply) {
 }
 
 func (k *checker) markDeleted(c *client, jm *jobModel) {
-	if h := k.holder(route.Root(jm.app).String()); h != nil && !jm.deleted {
+	if h := k.holder(jm.app, jm.id); h != nil && !jm.deleted {
 		if j := h.view[jm.id]; j != nil && j.Version == 1 {
 			k.failf("resurrected-by-late-create", "%s on %s holds job %d again (a CreateJob that arrived late) when its delete is acknowledged",
 				h.name, h.srv.addr, jm.id)
@@ -501,17 +511,38 @@ func (k *checker) owners() map[string]*shardHost {
 			}
 		}
 	}
+	names := sortedKeys(out)
+	for i, a := range names {
+		for _, b := range names[i+1:] {
+			if ha, hb := out[a], out[b]; overlaps(ha.core.Shard(), hb.core.Shard()) {
+				k.failf("overlapping-owners", "%s@%d on %s and %s@%d on %s are both active: their hash ranges overlap (a split's parent and its half)",
+					a, ha.core.Epoch(), ha.srv.addr, b, hb.core.Epoch(), hb.srv.addr)
+			}
+		}
+	}
 	return out
 }
 
 func (k *checker) ownersChanged() { k.owners() }
 
-// holder is the live copy of shard with the highest epoch, frozen or not.
-func (k *checker) holder(shard string) *shardHost {
+// holder is the live copy, frozen or not, of the shard of app that holds job id:
+// the deepest shard, then the highest epoch.
+func (k *checker) holder(app string, id int64) *shardHost {
 	var best *shardHost
 	for _, v := range k.s.servers {
-		if h := v.shards[shard]; v.up && h != nil && !h.gone && (best == nil || h.core.Epoch() > best.core.Epoch()) {
-			best = h
+		if !v.up {
+			continue
+		}
+		for _, n := range v.hostNames() {
+			h := v.shards[n]
+			sh := h.core.Shard()
+			if h.gone || h.core.Closed() || sh.App != app || !sh.ContainsJob(id) {
+				continue
+			}
+			if best == nil || sh.Level > best.core.Shard().Level ||
+				(sh.Level == best.core.Shard().Level && h.core.Epoch() > best.core.Epoch()) {
+				best = h
+			}
 		}
 	}
 	return best
@@ -548,7 +579,7 @@ func (k *checker) held(v *server, shard string) (int64, bool) {
 	cp := &disk{log: append([]byte(nil), v.disk.log...), synced: v.disk.synced}
 	res := replayLog(v, cp, k.s.now, true)
 	for _, st := range res.order {
-		if c := res.cores[st]; c.Shard().String() == shard {
+		if c := res.cores[st]; c.Shard().String() == shard && !c.Closed() { // a closed one is dropped at recovery
 			return c.Epoch(), true
 		}
 	}
@@ -578,11 +609,11 @@ func (k *checker) checkJobs(srv *server) {
 		if !jm.acked {
 			continue
 		}
-		name := route.Root(jm.app).String()
-		h := owners[name]
+		h := ownerOf(owners, jm.app, id)
 		if h == nil || (srv != nil && h.srv != srv) {
 			continue
 		}
+		name := h.name
 		jobs := states[name]
 		if jobs == nil {
 			jobs = map[int64]*messages.Job{}
@@ -747,9 +778,11 @@ func (k *checker) final() {
 		return
 	}
 	owners := k.owners()
-	for _, app := range k.s.apps {
-		if k.anyJobs(app) && owners[route.Root(app).String()] == nil {
-			k.failf("liveness-owner", "no active owner for shard %s at the end, %d ms after faults stopped", route.Root(app), k.s.now-k.s.heal)
+	for _, id := range k.jobIDs() {
+		jm := k.jobs[id]
+		if jm.acked && !jm.deleted && ownerOf(owners, jm.app, id) == nil {
+			k.failf("liveness-owner", "no active owner for job %d of app %s at the end (shards: %v), %d ms after faults stopped",
+				id, jm.app, sortedKeys(owners), k.s.now-k.s.heal)
 			return
 		}
 	}
@@ -760,13 +793,14 @@ func (k *checker) final() {
 	slices.Sort(ids)
 	for _, id := range ids {
 		due := k.expect[id]
-		h := owners[route.Root(k.jobs[id].app).String()]
+		h := ownerOf(owners, k.jobs[id].app, id)
 		if h == nil || due <= 0 {
 			continue
 		}
 		if j := h.view[id]; j != nil {
 			due = max(due, j.UpdatedMs) // a due already past when it was set counts from then
 		}
+		due = max(due, h.activeSince)
 		if now := h.srv.now(); due < now-LateBoundMs {
 			k.failf("due-run-missed", "job %d: %s promised a run due at %d; none was dispatched by %d (%d ms later)",
 				id, h.name, due, now, now-due)
@@ -780,7 +814,7 @@ func (k *checker) final() {
 	slices.Sort(ids)
 	for _, id := range ids {
 		jm := k.jobs[id]
-		h := owners[route.Root(jm.app).String()]
+		h := ownerOf(owners, jm.app, id)
 		if h == nil || !jm.acked || jm.deleted || jm.maybeDeleted || jm.ops > 0 || jm.onceDue == 0 || jm.dues[jm.onceDue] {
 			continue
 		}
@@ -841,11 +875,36 @@ func (k *checker) final() {
 	}
 }
 
-func (k *checker) anyJobs(app string) bool {
-	for _, jm := range k.jobs {
-		if jm.app == app && jm.acked {
-			return true
+func (k *checker) jobIDs() []int64 {
+	ids := make([]int64, 0, len(k.jobs))
+	for id := range k.jobs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// ownerOf is the active owner of the shard of app that holds job id (the deepest
+// one whose range holds it: route.Lookup), nil when none.
+func ownerOf(owners map[string]*shardHost, app string, id int64) *shardHost {
+	var best *shardHost
+	for _, h := range owners {
+		sh := h.core.Shard()
+		if sh.App == app && sh.ContainsJob(id) && (best == nil || sh.Level > best.core.Shard().Level) {
+			best = h
 		}
 	}
-	return false
+	return best
+}
+
+// overlaps says whether two shards' hash ranges meet: one holds the other (the
+// ranges of a split are nested, never crossed).
+func overlaps(a, b route.Shard) bool {
+	if a.App != b.App {
+		return false
+	}
+	if a.Level > b.Level {
+		a, b = b, a
+	}
+	return b.Index>>uint(b.Level-a.Level) == a.Index
 }

@@ -18,6 +18,7 @@ const (
 	opDeadlineMs     = 30_000
 	leaseRenewMs     = 1_000
 	maxJobsPerClient = 10
+	hotAppShare      = 0.5           // creates that go to app1 whatever the draw
 	snowflakeEpochMs = 1288834974657 // bwmarrin/snowflake's default epoch
 )
 
@@ -220,6 +221,9 @@ func (c *client) nextOp() {
 		return
 	}
 	app := c.s.apps[c.s.rng.IntN(len(c.s.apps))]
+	if c.s.chance(hotAppShare) {
+		app = c.s.apps[0] // skewed load: one hot app, so the balancer has work
+	}
 	r := c.s.rng.IntN(100)
 	var o *op
 	switch {

@@ -25,7 +25,7 @@ const (
 	FaultDisk                          // torn or garbled journal tails, failed and slow fsyncs
 	FaultClock                         // clock skew per node and jumps
 	FaultSlow                          // slow nodes: latency and disk and handlers
-	FaultMove                          // shard handoffs between servers (epoch + 1 each)
+	FaultMove                          // extra MoveShard orders (moves, splits, moves straight back), as from a flapping balancer
 
 	// AllFaults is every fault kind.
 	AllFaults = FaultLoss | FaultDup | FaultDelay | FaultPartition | FaultCrash | FaultWorkerCrash |
@@ -210,6 +210,9 @@ const (
 	LateBoundMs = 100
 	// OpBoundMs bounds a client operation's duration once the cluster settled.
 	OpBoundMs = 10_000
+	// QuietMs is the end of a run in which the NameServer's move and split orders
+	// are not sent: the end-of-run checks see no shard frozen halfway through.
+	QuietMs = 2_000
 )
 
 // Config describes one simulated run. The same Config gives the same run.
@@ -318,15 +321,19 @@ type Stats struct {
 	Events, Messages, Dropped, Duplicated            int64
 	ServerCrashes, WorkerCrashes, ClientCrashes      int64
 	TornTails, FsyncFailures, Partitions, ClockJumps int64
-	Moves, MovesDone                                 int64
-	Ops, OpsAcked, OpsGaveUp                         int64
-	Creates, Deletes                                 int64
-	Fires, Executions, Retries, DeadLetters          int64
-	Recoveries, RecordsReplayed                      int64
-	ChecksRun                                        int64
-	StaleResults                                     int64 // results delivered to a shard at another epoch
-	RetriesExact                                     int64 // retries checked to the millisecond against the ladder
-	MaxLateMs                                        int64 // largest fire lateness once settled
+	// Moves are handoffs begun (MoveShard taken by a shard core, splits included);
+	// MoveOrders those the NameServer decided (the rest: the move fault);
+	// MovesDone handoffs completed (closed at the source), SplitsDone the splits
+	// among them; Imports shards activated by an import (a split makes two).
+	Moves, MoveOrders, MovesDone, SplitsDone, Imports int64
+	Ops, OpsAcked, OpsGaveUp                          int64
+	Creates, Deletes                                  int64
+	Fires, Executions, Retries, DeadLetters           int64
+	Recoveries, RecordsReplayed                       int64
+	ChecksRun                                         int64
+	StaleResults                                      int64 // results delivered to a shard at another epoch
+	RetriesExact                                      int64 // retries checked to the millisecond against the ladder
+	MaxLateMs                                         int64 // largest fire lateness once settled
 }
 
 // Result is the outcome of one run.

@@ -10,8 +10,8 @@ import (
 	"github.com/kjob/kjob/messages"
 )
 
-// simMsg is a message of the simulator's own protocol (handoffs), which has no
-// protobuf form: it copies itself.
+// simMsg is a message between actors of one node that has no protobuf form
+// (shard.HandedOff): it copies itself.
 type simMsg interface{ clone() any }
 
 func cloneMsg(m any) any {
@@ -178,10 +178,17 @@ func brief(m any) string {
 			return fmt.Sprintf("LeaseNodeReply{%s}", x.Error.Code)
 		}
 		return fmt.Sprintf("LeaseNodeReply{%d}", x.Node)
-	case *handoffSnapshot:
-		return fmt.Sprintf("HandoffSnapshot{%s@%d %dB}", x.Shard, x.Epoch, len(x.Data))
-	case *handoffDone:
-		return fmt.Sprintf("HandoffDone{%s@%d}", x.Shard, x.Epoch)
+	case *messages.MoveShard:
+		return fmt.Sprintf("MoveShard{%s@%d to %s split=%v}", x.Shard, x.Epoch, x.Target.GetAddress(), x.Split)
+	case *messages.ImportShard:
+		return fmt.Sprintf("ImportShard{%s@%d %dB}", x.Shard, x.Epoch, len(x.Snapshot))
+	case *messages.ImportShardReply:
+		if x.Error != nil {
+			return fmt.Sprintf("ImportShardReply{%s %q}", x.Error.Code, x.Error.Message)
+		}
+		return fmt.Sprintf("ImportShardReply{%s@%d}", x.Shard.GetShard(), x.Shard.GetEpoch())
+	case *handedOff:
+		return fmt.Sprintf("HandedOff{%s}", x.Shard)
 	}
 	return fmt.Sprintf("%T", m)
 }

@@ -1,8 +1,8 @@
 package sim
 
 import (
-	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -22,6 +22,7 @@ const (
 	serverActorID = "kjob-server"
 	nsActorID     = "nameserver"
 	shardPrefix   = "kjob-server/shard-"
+	futurePrefix  = "future/" // reply address of a request (proto.actor's future process)
 	heartbeatMs   = nscore.HeartbeatMs
 	pullEveryMs   = 3 * heartbeatMs // a pull repairs a lost push (DESIGN.md, NameServer)
 )
@@ -30,6 +31,15 @@ const (
 // retries, timeouts and dead letters.
 var (
 	simLadderMs = []int64{200, 1000, 2500}
+)
+
+// The NameServer's split thresholds in the simulation, low enough for a 40 s run's
+// workload: an app with 2 workers splits its root once; a hot shard splits by its
+// fires. (Moves need no tuning: the least-schedule-count strategy moves a shard off
+// a server with more than twice the fires of another, the hot app's.)
+const (
+	simSplitWorkers = 1
+	simSplitFires   = 40 // fires per minute of one shard
 )
 
 const (
@@ -58,10 +68,21 @@ type server struct {
 	shards        map[string]*shardHost
 	table         *messages.RouteTable
 	groups        map[string]string
-	incoming      map[string]int64                // handoffs being persisted here: shard → epoch
-	droppedEpochs map[uint64]int64                // stream → highest epoch handed on from here (recDropped)
+	handedOn      map[string]int64                // shard → highest epoch handed on from here (the target's)
+	handedOnFile  map[string]int64                // handedOn as last saved: the HandedOnStore file, kept by crashes
+	movingTo      map[string]*messages.Ref        // shard → the server it is being moved to (from MoveShard)
 	handedTo      map[string]*messages.RouteEntry // shards handed off from here: where they went (hearsay for the NameServer)
+	futures       map[string]func(*messages.ImportShardReply, error)
+	futureN       int
+	busy          bool     // persisting an import: the server actor handles nothing else (queue)
+	queue         []queued // what reached the server actor while busy
 	crashOnAppend bool
+}
+
+// queued is a message to the server actor that waits for it to be free.
+type queued struct {
+	from *messages.Ref
+	m    any
 }
 
 func newServer(s *Sim, i int) *server {
@@ -86,7 +107,9 @@ type shardHost struct {
 	wakeGen  uint64
 	lastTick int64
 	gone     bool // dropped, or its server crashed: ignore late callbacks
-	move     *moveOut
+	// handoffBusy: an import request is in flight; handoffWait: one failed and the
+	// next waits out handoffRetryMs (the shard shell's flags, actors/shard/handoff.go).
+	handoffBusy, handoffWait bool
 	// view is the jobs as this core journaled them (the checker's copy: the policy a
 	// retry or dead letter was computed with).
 	view     map[int64]*messages.Job
@@ -101,7 +124,12 @@ type shardHost struct {
 	// LSN this core was told is durable. A shard is reported (ShardOpened,
 	// heartbeats) only once durable >= openLSN, unless QuirkEarlyOpen.
 	openLSN, durable uint64
-	reportTo         *messages.Ref // who assigned it, waiting for ShardOpened
+	reportPending    bool // opened on an assignment: ShardOpened is due once durable
+	// activeSince is, for a shard imported here, the time on this server's clock
+	// when its handoff began (0: not imported). Lateness is measured from it: a due
+	// passed on this clock while another server, whose clock was behind, owned the
+	// shard is late only by the handoff's own time.
+	activeSince int64
 }
 
 // reported says whether the server may tell the NameServer it owns the shard.
@@ -161,9 +189,11 @@ func (v *server) start() {
 	v.id = fmt.Sprintf("%s-%d", v.addr, v.inc)
 	v.shards = map[string]*shardHost{}
 	v.groups = map[string]string{}
-	v.incoming = map[string]int64{}
-	v.droppedEpochs = map[uint64]int64{}
+	v.handedOn = map[string]int64{}
+	v.movingTo = map[string]*messages.Ref{}
 	v.handedTo = map[string]*messages.RouteEntry{}
+	v.futures = map[string]func(*messages.ImportShardReply, error){}
+	v.busy, v.queue = false, nil
 	v.table = nil
 	v.j = &journal{s: v.s, srv: v, d: v.disk}
 	v.s.tracef("%s: start (member %s)", v.addr, v.id)
@@ -225,14 +255,42 @@ func (v *server) recover() {
 		return
 	}
 	v.j.last = res.last
-	v.droppedEpochs = res.dropped
 	v.s.stats.Recoveries++
 	v.s.stats.RecordsReplayed += int64(res.records)
 	if res.truncated > 0 {
 		v.s.tracef("%s: recovery truncated %d bytes of torn tail", v.addr, res.truncated)
 	}
 	shadows := replayLog(v, v.disk, now, false)
+	// As cluster/node.go recover: a shard closed (handed off) before the crash has
+	// its handed-on epoch saved, then its stream dropped; every other one is
+	// recovered, and one that is handing off resumes (tryHandoff, from after).
+	handed := maps.Clone(v.handedOnFile)
+	if handed == nil {
+		handed = map[string]int64{}
+	}
+	changed := false
+	var drop []*shardcore.Core
+	var keep []uint64
 	for _, st := range res.order {
+		c := res.cores[st]
+		if c.Closed() {
+			if name := c.Shard().String(); handed[name] < c.Epoch()+1 {
+				handed[name], changed = c.Epoch()+1, true
+			}
+			drop = append(drop, c)
+			continue
+		}
+		keep = append(keep, st)
+	}
+	if changed {
+		v.handedOnFile = maps.Clone(handed)
+	}
+	v.handedOn = handed
+	for _, c := range drop {
+		v.s.tracef("%s: %s@%d was handed off before the crash: its stream is dropped", v.addr, c.Shard(), c.Epoch())
+		v.dropStream(c.Stream(), c.Epoch())
+	}
+	for _, st := range keep {
 		c := res.cores[st]
 		h := v.host(c)
 		h.view = res.views[st]
@@ -241,9 +299,6 @@ func (v *server) recover() {
 		v.s.tracef("%s: recovered %s@%d (%d jobs, %d runs, frozen=%v) at lsn %d", v.addr, h.name, c.Epoch(), c.Jobs(), c.InFlight(), c.Frozen(), res.last)
 		c.Recovered(now, res.last, h)
 		h.after()
-		if to, ok := res.intents[st]; ok && c.Frozen() {
-			h.resumeMove(to)
-		}
 	}
 	v.s.chk.recovered(v)
 }
@@ -253,8 +308,6 @@ type replayed struct {
 	cores     map[uint64]*shardcore.Core
 	views     map[uint64]map[int64]*messages.Job
 	nexts     map[uint64]map[int64]int64
-	intents   map[uint64]string
-	dropped   map[uint64]int64
 	order     []uint64
 	last      uint64
 	records   int
@@ -266,13 +319,11 @@ type replayed struct {
 // says whether this is a real recovery (the torn tail is cut off) or a check that
 // reads the durable prefix of a copy.
 func replayLog(v *server, d *disk, now int64, truncate bool) replayed {
-	out := replayed{cores: map[uint64]*shardcore.Core{}, views: map[uint64]map[int64]*messages.Job{}, nexts: map[uint64]map[int64]int64{},
-		intents: map[uint64]string{}, dropped: map[uint64]int64{}}
+	out := replayed{cores: map[uint64]*shardcore.Core{}, views: map[uint64]map[int64]*messages.Job{}, nexts: map[uint64]map[int64]int64{}}
 	remove := func(st uint64) {
 		delete(out.cores, st)
 		delete(out.views, st)
 		delete(out.nexts, st)
-		delete(out.intents, st)
 		for i, x := range out.order {
 			if x == st {
 				out.order = append(out.order[:i:i], out.order[i+1:]...)
@@ -295,15 +346,11 @@ func replayLog(v *server, d *disk, now int64, truncate bool) replayed {
 		}
 		out.records++
 		switch r.Type {
-		case recSnapshot:
-			epoch, data, err := decodeSnapshotRecord(r.Payload)
+		case uint8(messages.RecordType_SHARD_IMPORTED):
+			// A shard handed to this server: the record holds all of it (cluster/node.go).
+			name, epoch, err := shardcore.ShardNameOfSnapshot(r.Payload)
 			if err != nil {
-				out.err = fmt.Errorf("lsn %d: %w", r.LSN, err)
-				return
-			}
-			name, _, err := shardcore.ShardNameOfSnapshot(data)
-			if err != nil {
-				out.err = fmt.Errorf("lsn %d: snapshot: %w", r.LSN, err)
+				out.err = fmt.Errorf("lsn %d: imported shard: %w", r.LSN, err)
 				return
 			}
 			sh, err := route.Parse(name)
@@ -312,28 +359,15 @@ func replayLog(v *server, d *disk, now int64, truncate bool) replayed {
 				return
 			}
 			c := shardcore.New(v.shardConfig(sh), now, epoch)
-			if err := c.LoadSnapshot(data, r.LSN); err != nil {
+			if err := c.LoadSnapshot(r.Payload, r.LSN); err != nil {
 				out.err = err
 				return
 			}
 			add(r.Stream, c)
-			viewFromSnapshot(out.views[r.Stream], out.nexts[r.Stream], data)
-		case recIntent:
-			if _, ok := out.cores[r.Stream]; ok {
-				out.intents[r.Stream] = string(r.Payload)
-			}
+			viewFromSnapshot(out.views[r.Stream], out.nexts[r.Stream], r.Payload)
 		case recDropped:
-			if len(r.Payload) != 8 {
-				out.err = fmt.Errorf("lsn %d: drop record of %d bytes", r.LSN, len(r.Payload))
-				return
-			}
-			// The drop names the epoch it drops: a newer copy handed in since (its
-			// snapshot record is earlier in the journal than this drop) stays.
-			e := int64(binary.LittleEndian.Uint64(r.Payload))
-			if c := out.cores[r.Stream]; c != nil && c.Epoch() <= e {
-				remove(r.Stream)
-			}
-			out.dropped[r.Stream] = max(out.dropped[r.Stream], e)
+			// DropStream: recovery skips every earlier record of the stream.
+			remove(r.Stream)
 		default:
 			c := out.cores[r.Stream]
 			if c == nil {
@@ -409,15 +443,14 @@ func viewFromSnapshot(view map[int64]*messages.Job, next map[int64]int64, data [
 
 // ---------------------------------------------------------------- shard inputs
 
-// after runs after every input to a core: re-arm its one timer, advance a handoff.
+// after runs after every input to a core, as the shard shell does: re-arm its one
+// timer, advance a handoff.
 func (h *shardHost) after() {
 	if h.gone {
 		return
 	}
 	h.rearm()
-	if h.move != nil {
-		h.progressMove()
-	}
+	h.tryHandoff()
 }
 
 // rearm keeps one tick armed at the core's next wake-up, as the shell's one runtime
@@ -496,6 +529,8 @@ func (v *server) deliver(from, to *messages.Ref, m any) {
 		} else {
 			v.s.tracef("%s: %s for a NameServer that is not here", v.addr, brief(m))
 		}
+	case strings.HasPrefix(to.Id, futurePrefix):
+		v.answered(to.Id, m)
 	case strings.HasPrefix(to.Id, shardPrefix):
 		name := strings.TrimPrefix(to.Id, shardPrefix)
 		h := v.shards[name]
@@ -520,6 +555,10 @@ func (v *server) deliver(from, to *messages.Ref, m any) {
 // receive is the server actor: registry traffic is forwarded to the NameServer
 // (keeping the original sender), assignments open shards, pushes update the table.
 func (v *server) receive(from *messages.Ref, m any) {
+	if v.busy {
+		v.queue = append(v.queue, queued{from: from, m: m})
+		return
+	}
 	switch x := m.(type) {
 	case *messages.AssignShard:
 		v.s.tracef("%s: %s", v.addr, brief(m))
@@ -553,46 +592,61 @@ func (v *server) receive(from *messages.Ref, m any) {
 			return
 		}
 		v.s.send(v.addr, from, ns.ref, m)
-	case *handoffSnapshot:
-		v.handoffIn(from, x)
-	case *handoffDone:
-		v.handoffDone(x)
+	case *messages.MoveShard:
+		v.s.tracef("%s: %s", v.addr, brief(m))
+		v.moveShard(x, false)
+	case *messages.ImportShard:
+		v.s.tracef("%s: %s <- %s", v.addr, brief(m), from.GetAddress())
+		v.importShard(from, x)
+	case *handedOff:
+		v.handedOff(x)
 	}
 }
 
-// assign opens a shard the NameServer placed here (create if new).
+// assign opens a shard the NameServer placed here (create if new). As in
+// actors/server, an assignment of a shard that has moved on from here since (a
+// late or repeated one) opens nothing. The NameServer sends assignments without a
+// sender, so the real server confirms a new shard to the NameServer it resolves
+// when the shard's record is durable, and an existing one not at all.
 func (v *server) assign(from *messages.Ref, m *messages.AssignShard) {
 	h := v.shards[m.Shard]
-	if h == nil {
-		v.s.chk.assigned(v, m.Shard, m.Epoch)
-		sh, err := route.Parse(m.Shard)
-		if err != nil {
-			v.s.send(v.addr, v.ref, from, &messages.ShardOpened{ServerId: v.id, Error: kerr.Invalid("shard", "%v", err)})
-			return
-		}
-		c := shardcore.New(v.shardConfig(sh), v.now(), m.Epoch)
-		h = v.host(c)
-		h.shadow = shardcore.New(v.shardConfig(sh), v.now(), m.Epoch)
-		h.openLSN = ^uint64(0)
-		c.Open(h)
-		h.openLSN = c.AppliedLSN()
-		h.after()
-		v.s.tracef("%s: opened %s@%d", v.addr, h.name, c.Epoch())
-		v.s.chk.ownersChanged()
+	if h != nil {
+		v.pushWorkers()
+		return
 	}
+	if l := v.movedOn(m.Shard, m.Epoch); l != nil {
+		v.s.tracef("%s: assignment of %s@%d, moved on since (epoch %d): ignored", v.addr, m.Shard, m.Epoch, l.Epoch)
+		return
+	}
+	v.s.chk.assigned(v, m.Shard, m.Epoch)
+	sh, err := route.Parse(m.Shard)
+	if err != nil {
+		return
+	}
+	c := shardcore.New(v.shardConfig(sh), v.now(), m.Epoch)
+	h = v.host(c)
+	h.shadow = shardcore.New(v.shardConfig(sh), v.now(), m.Epoch)
+	h.openLSN = ^uint64(0)
+	c.Open(h)
+	h.openLSN = c.AppliedLSN()
+	h.after()
+	v.s.tracef("%s: opened %s@%d", v.addr, h.name, c.Epoch())
+	v.s.chk.ownersChanged()
 	v.pushWorkers()
-	h.reportTo = from
+	h.reportPending = true
 	h.reportOpened()
 }
 
-// reportOpened answers the assignment once the shard may be reported.
+// reportOpened confirms a new shard to the NameServer once it may be reported.
 func (h *shardHost) reportOpened() {
-	if h.reportTo == nil || !h.reported() || h.core.Failed() != nil {
+	if !h.reportPending || !h.reported() || h.core.Failed() != nil {
 		return
 	}
 	v := h.srv
-	v.s.send(v.addr, v.ref, h.reportTo, &messages.ShardOpened{ServerId: v.id, Shard: h.load()})
-	h.reportTo = nil
+	h.reportPending = false
+	if ns := v.s.ns; ns != nil {
+		v.s.send(v.addr, v.ref, ns.ref, &messages.ShardOpened{ServerId: v.id, Shard: h.load()})
+	}
 }
 
 func (h *shardHost) load() *messages.ShardLoad {
@@ -639,7 +693,7 @@ func (v *server) pushWorkers() {
 	for _, name := range v.hostNames() {
 		h := v.shards[name]
 		sh := h.core.Shard()
-		group := workerGroup(sh, shardsOf[sh.App], byApp[sh.App])
+		group := route.Group(sh, shardsOf[sh.App], byApp[sh.App])
 		key := ""
 		for _, w := range group {
 			key += w.WorkerId + "@" + w.Ref.GetAddress() + "/" + w.Ref.GetId() + ";"
@@ -656,30 +710,6 @@ func (v *server) pushWorkers() {
 		h.core.SetWorkersOf(v.now(), group, byApp[sh.App], h)
 		h.after()
 	}
-}
-
-func workerGroup(s route.Shard, shards []route.Shard, all []*messages.WorkerInfo) []*messages.WorkerInfo {
-	if len(shards) <= 1 {
-		return all
-	}
-	var g []*messages.WorkerInfo
-	for _, w := range all {
-		h := route.HashString(w.WorkerId)
-		var best route.Shard
-		found := false
-		for _, o := range shards {
-			if o.Contains(h) && (!found || o.Level > best.Level) {
-				best, found = o, true
-			}
-		}
-		if found && best == s {
-			g = append(g, w)
-		}
-	}
-	if len(g) == 0 {
-		return all
-	}
-	return g
 }
 
 // ---------------------------------------------------------------- NameServer
@@ -704,6 +734,7 @@ func newNSHost(s *Sim, srv *server) *nsHost {
 	if s.cfg.Quirks&QuirkNoMembers == 0 {
 		n.core.SetMembers(members) // like cluster.StartNode: the configured peers
 	}
+	n.core.SetSplit(nscore.SplitPolicy{Workers: simSplitWorkers, Fires: simSplitFires})
 	s.tracef("nameserver: activated on %s (fresh soft state)", srv.addr)
 	inc := srv.inc
 	s.every(heartbeatMs/2, 0, func() bool {
@@ -716,8 +747,16 @@ func newNSHost(s *Sim, srv *server) *nsHost {
 	return n
 }
 
-// Send implements nscore.Env.
-func (n *nsHost) Send(to *messages.Ref, m any) { n.s.send(n.srv.addr, n.ref, to, m) }
+// Send implements nscore.Env. In the last QuietMs of a run its MoveShard orders
+// are dropped, so the end-of-run checks meet no handoff halfway (one begun before
+// then is over in milliseconds once faults have stopped).
+func (n *nsHost) Send(to *messages.Ref, m any) {
+	if _, ok := m.(*messages.MoveShard); ok && n.s.now > n.s.end-QuietMs {
+		n.s.tracef("nameserver: %s not sent: the run is ending", brief(m))
+		return
+	}
+	n.s.send(n.srv.addr, n.ref, to, m)
+}
 
 func (n *nsHost) handle(from *messages.Ref, m any) {
 	now := n.srv.now()
@@ -754,6 +793,7 @@ func knownRoutes(t *messages.RouteTable, handed map[string]*messages.RouteEntry)
 		if h := handed[r.Shard]; h != nil && h.Epoch > r.Epoch {
 			out = append(out, h)
 		} else {
+			delete(handed, r.Shard) // the table has caught up: the hearsay is no longer needed
 			out = append(out, r)
 		}
 		seen[r.Shard] = true

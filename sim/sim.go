@@ -331,7 +331,7 @@ func (s *Sim) chaos() {
 		{FaultPartition, 2, s.partition},
 		{FaultClock, 1, s.jumpClock},
 		{FaultSlow, 1, s.slowNode},
-		{FaultMove, 4, s.moveShard},
+		{FaultMove, 4, s.injectMove},
 	}
 	total := 0
 	for _, c := range choices {

@@ -239,6 +239,18 @@ func (a *Actor) assign(ctx actor.Context, m *messages.AssignShard) {
 		}
 		return
 	}
+	if l := a.movedOn(m.Shard, m.Epoch); l != nil && a.opening[m.Shard] == nil {
+		// A late or repeated assignment of a shard that has moved on from here since
+		// (handed off, or split into its halves): opening it again would make a
+		// second owner, an empty one at the old epoch next to the live one (or
+		// overlapping the halves). Found by the simulator (seed 3967).
+		a.deps.Log.Warn("assignment of a shard that has moved on since: ignored", "shard", m.Shard, "epoch", m.Epoch, "now_epoch", l.Epoch)
+		if ctx.Sender() != nil {
+			ctx.Respond(&messages.ShardOpened{ServerId: a.deps.ServerID, Error: kerr.New(messages.Code_FAILED_PRECONDITION, "epoch",
+				"shard %s has moved on from epoch %d (now at epoch %d)", m.Shard, m.Epoch, l.Epoch)})
+		}
+		return
+	}
 	o := a.opening[m.Shard]
 	if o == nil {
 		payload, err := proto.Marshal(&messages.ShardMeta{Shard: m.Shard, Epoch: m.Epoch})

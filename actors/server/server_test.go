@@ -355,6 +355,35 @@ func TestStaleImportAfterHandOn(t *testing.T) {
 	}
 }
 
+// TestLateAssignAfterHandOn: an assignment that arrives after the shard moved on
+// from here (a late or repeated AssignShard; here the shard was handed on at epoch
+// 3) opens nothing: a second, empty owner at the old epoch would stand next to the
+// live one (the simulator's seed 3967: a split root re-opened beside its halves).
+func TestLateAssignAfterHandOn(t *testing.T) {
+	j := &heldJournal{}
+	sys, pid, _, _, _ := startServerNS(t, j)
+	stop := make(chan struct{})
+	defer close(stop)
+	go releaseWhileWaiting(j, stop)
+	sh, _ := route.Parse("app/0/0")
+	snap := shardcore.New(shardcore.Config{Shard: sh}, time.Now().UnixMilli(), 1).HandoffSnapshot() // epoch 2
+	r, err := sys.Root.RequestFuture(pid, &messages.ImportShard{Shard: "app/0/0", Epoch: 2, Snapshot: snap}, 3*time.Second).Result()
+	if err != nil || r.(*messages.ImportShardReply).Error != nil {
+		t.Fatalf("import: %v %v", r, err)
+	}
+	sys.Root.Send(pid, &shard.HandedOff{Shard: "app/0/0"}) // handed on at epoch 3
+	res, err := sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 3*time.Second).Result()
+	if err != nil {
+		t.Fatalf("late assignment: %v", err)
+	}
+	if so := res.(*messages.ShardOpened); so.Error.GetCode() != messages.Code_FAILED_PRECONDITION {
+		t.Fatalf("late assignment of a shard handed on answered %v, want FAILED_PRECONDITION", so)
+	}
+	if n := j.count(messages.RecordType_SHARD_OPENED); n != 0 {
+		t.Fatalf("%d SHARD_OPENED records, want none: the late assignment must not open the shard again", n)
+	}
+}
+
 // TestFrozenShardIsNotSnapshotted: once a shard is frozen for a handoff, a snapshot
 // request (the journal's compaction asks one of a stream that pins a segment) writes
 // nothing. A snapshot has no room for the handoff: a restart from it would bring

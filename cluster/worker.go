@@ -98,40 +98,57 @@ func (w *Worker) Start() error {
 		return err
 	}
 	w.started = true
-	w.heartbeat()
+	registered := w.heartbeat()
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		t := time.NewTicker(nscore.HeartbeatMs * time.Millisecond)
+		every := nscore.HeartbeatMs * time.Millisecond
+		t := time.NewTimer(every)
 		defer t.Stop()
 		for {
+			if !registered {
+				// Not registered (no server up, or none with a NameServer yet, as
+				// after a restart): try again soon, so the shards learn of this
+				// worker as soon as a NameServer does, not a heartbeat later.
+				t.Reset(heartbeatRetry)
+			} else {
+				t.Reset(every)
+			}
 			select {
 			case <-w.stop:
 				return
 			case <-t.C:
-				w.heartbeat()
+				registered = w.heartbeat()
 			}
 		}
 	}()
 	return nil
 }
 
+// heartbeatRetry is how soon a worker heartbeats again when its last heartbeat
+// reached no NameServer.
+const heartbeatRetry = 100 * time.Millisecond
+
 // heartbeat registers with the NameServer through one of the servers, moving on to
-// the next address when one does not answer.
-func (w *Worker) heartbeat() {
+// the next address when one does not answer. It says whether a NameServer
+// acknowledged it.
+func (w *Worker) heartbeat() bool {
 	hb := &messages.WorkerHeartbeat{SentMs: time.Now().UnixMilli(), Worker: &messages.WorkerInfo{
 		WorkerId: w.cfg.ID, App: w.cfg.App, Ref: &messages.Ref{Address: w.pid.Address, Id: w.pid.Id},
 		Capacity: int32(w.shell.Core().Capacity())}}
 	for range w.cfg.Servers {
 		addr := w.cfg.Servers[w.next%len(w.cfg.Servers)]
-		// The server forwards to the NameServer; a Ping after it proves the server is up.
+		// The server forwards to the NameServer, which answers; a server without
+		// one yet answers an empty Pong.
 		pid := actor.NewPID(addr, server.Name)
-		w.system.Root.Send(pid, hb)
-		if _, err := w.system.Root.RequestFuture(pid, &messages.Ping{}, 500*time.Millisecond).Result(); err == nil {
-			return
+		r, err := w.system.Root.RequestFuture(pid, hb, 500*time.Millisecond).Result()
+		if err == nil {
+			p, _ := r.(*messages.Pong)
+			return p.GetServerId() != ""
 		}
 		w.next++
 	}
+	return false
 }
 
 // Stop says goodbye to the NameServer and stops the worker; running handlers are

@@ -68,6 +68,11 @@ func (a *Actor) Receive(ctx actor.Context) {
 		a.core.ServerHeartbeat(now, m, a)
 	case *messages.WorkerHeartbeat:
 		a.core.WorkerHeartbeat(now, m, a)
+		if ctx.Sender() != nil {
+			// Registered: a worker that asks knows it need not try again soon (a
+			// server without a NameServer yet answers an empty Pong instead).
+			ctx.Respond(&messages.Pong{ServerId: "nameserver", Address: ctx.ActorSystem().Address()})
+		}
 	case *messages.WorkerLeft:
 		a.core.WorkerLeft(now, m, a)
 	case *messages.ShardOpened:

@@ -318,6 +318,41 @@ func (c *Core) superseded(nowMs int64, hb *messages.ServerHeartbeat) bool {
 	return false
 }
 
+// current drops, from a server's last heartbeat, the shards that have moved on
+// since it was sent: a copy below its route's epoch (handed off; the old owner's
+// next heartbeat will not list it), or a parent whose two halves are routed (split).
+// Counted, a shard just moved would weigh on both servers for up to a heartbeat:
+// the strategy would see a load that is not there, and the status two owners.
+func (c *Core) current(ls []*messages.ShardLoad) []*messages.ShardLoad {
+	stale := func(l *messages.ShardLoad) bool {
+		if rt := c.routes[l.Shard]; rt != nil {
+			return l.Epoch < rt.Epoch
+		}
+		sh, err := route.Parse(l.Shard)
+		if err != nil || sh.Level >= route.MaxLevel {
+			return false
+		}
+		lo, hi := sh.Children()
+		return c.routes[lo.String()] != nil && c.routes[hi.String()] != nil
+	}
+	n := 0
+	for _, l := range ls {
+		if stale(l) {
+			n++
+		}
+	}
+	if n == 0 {
+		return ls
+	}
+	out := make([]*messages.ShardLoad, 0, len(ls)-n)
+	for _, l := range ls {
+		if !stale(l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 func (c *Core) alive(serverID string) bool {
 	s := c.servers[serverID]
 	return s != nil && s.alive
@@ -624,7 +659,7 @@ func (c *Core) loads(nowMs int64) []ServerLoad {
 	for _, id := range ids {
 		hb := c.servers[id].hb
 		l := ServerLoad{ID: id, CPU: hb.Cpu, Mem: hb.Mem, SuccessRate: hb.SuccessRate}
-		for _, sl := range hb.Shards {
+		for _, sl := range c.current(hb.Shards) {
 			l.Fires += sl.FiresWindow
 			l.Shards = append(l.Shards, sl)
 		}
@@ -651,7 +686,7 @@ func (c *Core) Status(nowMs int64) *messages.ClusterStatusReply {
 		if !s.alive {
 			continue
 		}
-		out.Servers = append(out.Servers, &messages.ServerStatus{ServerId: id, Address: s.hb.Address, Shards: s.hb.Shards,
+		out.Servers = append(out.Servers, &messages.ServerStatus{ServerId: id, Address: s.hb.Address, Shards: c.current(s.hb.Shards),
 			Cpu: s.hb.Cpu, Mem: s.hb.Mem, LastSeenMs: s.lastSeen})
 	}
 	apps := map[string]*messages.AppStatus{}

@@ -212,3 +212,32 @@ func TestLateHeartbeatOfSupersededID(t *testing.T) {
 		}
 	}
 }
+
+// Just after a move the old owner's last heartbeat still lists the shard at the
+// old epoch: neither the status nor the strategy's loads may count it there.
+func TestStaleCopyInALastHeartbeatIsNotCounted(t *testing.T) {
+	env := &sendLog{}
+	c := New(0, nil)
+	c.ServerHeartbeat(0, hb("a:1", load("cold/0/0", 1, 120, "a:1"), load("hot/1/0", 2, 600, "a:1")), env)
+	c.ServerHeartbeat(0, hb("b:1", load("cold/0/0", 2, 0, "b:1")), env) // imported at epoch 2
+	st := c.Status(10)
+	for _, s := range st.Servers {
+		for _, l := range s.Shards {
+			if l.Shard == "cold/0/0" && s.Address != "b:1" {
+				t.Fatalf("status lists cold/0/0@%d on %s too, after it moved to b:1 at epoch 2", l.Epoch, s.Address)
+			}
+		}
+	}
+	for _, l := range c.loads(10) {
+		if l.ID == "a:1-id" && l.Fires != 600 {
+			t.Fatalf("a:1's load %d, want 600 (cold/0/0's 120 fires are b:1's now)", l.Fires)
+		}
+	}
+	// A split parent in a last heartbeat, with both halves routed, is not counted either.
+	c.ServerHeartbeat(20, hb("c:1", load("hot/1/1", 2, 500, "c:1"), load("hot/0/0", 1, 900, "c:1")), env)
+	for _, l := range c.loads(20) {
+		if l.ID == "c:1-id" && l.Fires != 500 {
+			t.Fatalf("c:1's load %d, want 500 (hot/0/0 split into halves routed)", l.Fires)
+		}
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/kjob/kjob/actors/kerr"
 	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/actors/server"
+	"github.com/kjob/kjob/cluster"
 	"github.com/kjob/kjob/messages"
 )
 
@@ -449,6 +450,46 @@ func crashScenario(t *testing.T, bin string, p *probe, point string) {
 	time.Sleep(crashStragglerGrace)
 	stopWatch()
 	watchWG.Wait()
+	checkJobsKept(ctx, c, app, jobs, point, fail)
+
+	// Phase 6: exactly once, never early, never a stale owner.
+	checkRunsOnce(t, w, jobs, point)
+	watch.mu.Lock()
+	if len(watch.staleLate) > 0 {
+		t.Errorf("%s: an old owner served the shard after a newer one had: %v", point, watch.staleLate)
+	}
+	watch.mu.Unlock()
+	if t.Failed() {
+		dump()
+	}
+}
+
+// route is the NameServer's route of the shard, asked through the server at addr.
+func (p *probe) route(addr, app, shard string) *messages.RouteEntry {
+	r, err := p.sys.Root.RequestFuture(actor.NewPID(addr, server.Name), &messages.GetRoutes{App: app}, 2*time.Second).Result()
+	if err != nil {
+		return nil
+	}
+	if t, ok := r.(*messages.RouteTable); ok {
+		for _, e := range t.Routes {
+			if e.Shard == shard {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// hookOf is the crash point a scenario's hook is set to.
+func hookOf(scenario string) string {
+	if scenario == crashStaleSource {
+		return crashStaleSourcePoint
+	}
+	return scenario
+}
+
+// checkJobsKept fails unless every acknowledged job (id → kind) can be read back.
+func checkJobsKept(ctx context.Context, c *cluster.Client, app string, jobs map[int64]string, point string, fail func(string, ...any)) {
 	for id, k := range jobs {
 		gctx, gcancel := context.WithTimeout(ctx, 15*time.Second)
 		j, err := c.Get(gctx, app, id)
@@ -463,8 +504,13 @@ func crashScenario(t *testing.T, bin string, p *probe, point string) {
 			fail("%s: get %d returned job %d", point, id, j.Id)
 		}
 	}
+}
 
-	// Phase 6: exactly once, never early, never a stale owner.
+// checkRunsOnce checks the worker's runs of the crash tests' jobs: none early, a
+// far job never, the fixed-rate job at least once and no run twice, every other
+// job exactly once.
+func checkRunsOnce(t *testing.T, w *workerProc, jobs map[int64]string, point string) {
+	t.Helper()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.early) > 0 {
@@ -499,36 +545,4 @@ func crashScenario(t *testing.T, bin string, p *probe, point string) {
 			}
 		}
 	}
-	watch.mu.Lock()
-	if len(watch.staleLate) > 0 {
-		t.Errorf("%s: an old owner served the shard after a newer one had: %v", point, watch.staleLate)
-	}
-	watch.mu.Unlock()
-	if t.Failed() {
-		dump()
-	}
-}
-
-// route is the NameServer's route of the shard, asked through the server at addr.
-func (p *probe) route(addr, app, shard string) *messages.RouteEntry {
-	r, err := p.sys.Root.RequestFuture(actor.NewPID(addr, server.Name), &messages.GetRoutes{App: app}, 2*time.Second).Result()
-	if err != nil {
-		return nil
-	}
-	if t, ok := r.(*messages.RouteTable); ok {
-		for _, e := range t.Routes {
-			if e.Shard == shard {
-				return e
-			}
-		}
-	}
-	return nil
-}
-
-// hookOf is the crash point a scenario's hook is set to.
-func hookOf(scenario string) string {
-	if scenario == crashStaleSource {
-		return crashStaleSourcePoint
-	}
-	return scenario
 }

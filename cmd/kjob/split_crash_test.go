@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/kjob/kjob/actors/kerr"
 	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/actors/server"
 	"github.com/kjob/kjob/messages"
@@ -220,56 +218,10 @@ func splitCrashScenario(t *testing.T, bin string, p *probe, point string) {
 	time.Sleep(crashStragglerGrace)
 	stopWatch()
 	watchWG.Wait()
-	for id, k := range jobs {
-		gctx, gcancel := context.WithTimeout(ctx, 15*time.Second)
-		j, err := c.Get(gctx, app, id)
-		gcancel()
-		if err != nil {
-			if errors.Is(err, kerr.ErrNotFound) {
-				fail("%s: acknowledged %s job %d is lost: %v", point, k, id, err)
-			}
-			fail("%s: get %s job %d: %v", point, k, id, err)
-		}
-		if j.Id != id {
-			fail("%s: get %d returned job %d", point, id, j.Id)
-		}
-	}
+	checkJobsKept(ctx, c, app, jobs, point, fail)
 
 	// Phase 6: exactly once, never early, never the parent after a half.
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.early) > 0 {
-		t.Errorf("%s: %d runs started before their due time, e.g. %s", point, len(w.early), w.early[0])
-	}
-	for id, k := range jobs {
-		runs := w.runs[id]
-		switch k {
-		case "far":
-			if len(runs) != 0 {
-				t.Errorf("%s: far job %d fired %d times", point, id, len(runs))
-			}
-		case "rate":
-			seen := map[string]bool{}
-			for _, r := range runs {
-				key := fmt.Sprintf("%s#%d", r.RunID, r.Attempt)
-				if seen[key] {
-					t.Errorf("%s: fixed-rate run %s executed twice", point, key)
-				}
-				seen[key] = true
-			}
-			if len(runs) == 0 {
-				t.Errorf("%s: the fixed-rate job never fired", point)
-			}
-		default:
-			if len(runs) != 1 {
-				var ids []string
-				for _, r := range runs {
-					ids = append(ids, fmt.Sprintf("%s#%d", r.RunID, r.Attempt))
-				}
-				t.Errorf("%s: %s job %d executed %d times (%v), want once", point, k, id, len(runs), ids)
-			}
-		}
-	}
+	checkRunsOnce(t, w, jobs, point)
 	watch.mu.Lock()
 	if len(watch.staleLate) > 0 {
 		t.Errorf("%s: the parent served a job after its half had: %v", point, watch.staleLate)

@@ -389,14 +389,7 @@ func TestLateAssignAfterHandOn(t *testing.T) {
 // nothing. A snapshot has no room for the handoff: a restart from it would bring
 // the old owner back active at the old epoch, next to the new owner.
 func TestFrozenShardIsNotSnapshotted(t *testing.T) {
-	j := &heldJournal{}
-	sys, pid, _ := startServer(t, j)
-	stop := make(chan struct{})
-	defer close(stop)
-	go releaseWhileWaiting(j, stop)
-	if r, err := sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 3*time.Second).Result(); err != nil {
-		t.Fatalf("assign: %v %v", r, err)
-	}
+	sys, pid, j := serverWithShard(t)
 	shardPID := actor.NewPID(pid.Address, pid.Id+"/"+ShardName("app/0/0"))
 	create := &messages.CreateJob{Job: &messages.Job{Id: 7, App: "app", Handler: "h",
 		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 3_600_000}}}
@@ -481,14 +474,7 @@ func TestPullsTheRouteTable(t *testing.T) {
 // from a NameServer that took this process's restart for another server) is not
 // begun: the shard would hand itself to itself, its import refused forever.
 func TestMoveToItselfIsIgnored(t *testing.T) {
-	j := &heldJournal{}
-	sys, pid, _ := startServer(t, j)
-	stop := make(chan struct{})
-	defer close(stop)
-	go releaseWhileWaiting(j, stop)
-	if r, err := sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 3*time.Second).Result(); err != nil {
-		t.Fatalf("assign: %v %v", r, err)
-	}
+	sys, pid, j := serverWithShard(t)
 	sys.Root.Send(pid, &messages.MoveShard{Shard: "app/0/0", Epoch: 1, Target: &messages.Ref{Address: pid.Address, Id: pid.Id}})
 	shardPID := actor.NewPID(pid.Address, pid.Id+"/"+ShardName("app/0/0"))
 	create := &messages.CreateJob{Job: &messages.Job{Id: 7, App: "app", Handler: "h",
@@ -506,14 +492,7 @@ func TestMoveToItselfIsIgnored(t *testing.T) {
 // HandoffRetry before the next, however many messages it gets meanwhile (each one
 // used to start another import at once: thousands a second, all refused).
 func TestFailedImportWaitsBeforeRetrying(t *testing.T) {
-	j := &heldJournal{}
-	sys, pid, _ := startServer(t, j)
-	stop := make(chan struct{})
-	defer close(stop)
-	go releaseWhileWaiting(j, stop)
-	if r, err := sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 3*time.Second).Result(); err != nil {
-		t.Fatalf("assign: %v %v", r, err)
-	}
+	sys, pid, _ := serverWithShard(t)
 	var mu sync.Mutex
 	imports := 0
 	target := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
@@ -539,4 +518,19 @@ func TestFailedImportWaitsBeforeRetrying(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d imports within half of HandoffRetry (%d messages to the frozen shard), want 1", n, sent)
 	}
+}
+
+// serverWithShard starts a server whose journal makes every append durable within
+// 10 ms, with shard app/0/0 assigned at epoch 1.
+func serverWithShard(t *testing.T) (*actor.ActorSystem, *actor.PID, *heldJournal) {
+	t.Helper()
+	j := &heldJournal{}
+	sys, pid, _ := startServer(t, j)
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go releaseWhileWaiting(j, stop)
+	if r, err := sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 3*time.Second).Result(); err != nil {
+		t.Fatalf("assign: %v %v", r, err)
+	}
+	return sys, pid, j
 }

@@ -359,14 +359,21 @@ func (k *checker) sentAttempt(o *op, reply *messages.Ref) {
 	k.calls[reply.Address+"/"+reply.Id] = o
 }
 
-// updateApplied runs when a shard applied an UpdateJob: one update call (all its
-// attempts, and any duplicate of them) must change the job once.
-func (k *checker) updateApplied(from *messages.Ref, id int64) {
+// updateApplied runs when a shard applied an UpdateJob, making the job's version
+// version: one update call (all its attempts, and any duplicate of them) must
+// change the job once. Applying it again to the same version is not a second
+// change: the first application was lost (a crash before its record was durable,
+// so it was never acknowledged) and this is the one that counts.
+func (k *checker) updateApplied(from *messages.Ref, id, version int64) {
 	o := k.calls[from.GetAddress()+"/"+from.GetId()]
 	if o == nil {
 		return
 	}
+	if o.applied > 0 && version == o.appliedVersion {
+		return
+	}
 	o.applied++
+	o.appliedVersion = version
 	if o.applied > 1 {
 		k.s.notef("update-applied-twice", "one update call of job %d was applied %d times (attempt %d re-applied it): the version moved twice and a once job fires again",
 			id, o.applied, o.tries)

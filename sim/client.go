@@ -41,19 +41,20 @@ func (k opKind) String() string { return opNames[k] }
 // op is one client call in progress: it is retried (route refresh, back-off) until
 // it gets a reply that is not NOT_OWNER/UNAVAILABLE, or its deadline passes.
 type op struct {
-	kind     opKind
-	app      string
-	id       int64
-	req      proto.Message
-	job      *messages.Job // the definition sent (create, update)
-	startMs  int64         // sim time
-	deadline int64
-	tries    int
-	sent     bool // a request reached the network at least once (its effect is uncertain)
-	backoff  int64
-	cur      string // reply address of the current attempt; older replies are stale
-	stage    int    // 0: pulling routes, 1: waiting for the shard
-	applied  int    // times a shard applied this call (updates)
+	kind           opKind
+	app            string
+	id             int64
+	req            proto.Message
+	job            *messages.Job // the definition sent (create, update)
+	startMs        int64         // sim time
+	deadline       int64
+	tries          int
+	sent           bool // a request reached the network at least once (its effect is uncertain)
+	backoff        int64
+	cur            string // reply address of the current attempt; older replies are stale
+	stage          int    // 0: pulling routes, 1: waiting for the shard
+	applied        int    // times a shard applied this call (updates)
+	appliedVersion int64  // the job version the last application made
 }
 
 // client is an application using the Go client: it leases a snowflake node id,

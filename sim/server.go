@@ -504,7 +504,7 @@ func (h *shardHost) handle(from *messages.Ref, m proto.Message) {
 	h.puts = h.puts[:0]
 	h.core.Handle(now, from, m, h)
 	if u, ok := m.(*messages.UpdateJob); ok && slices.Contains(h.puts, u.Job.GetId()) {
-		h.srv.s.chk.updateApplied(from, u.Job.GetId())
+		h.srv.s.chk.updateApplied(from, u.Job.GetId(), h.view[u.Job.GetId()].GetVersion())
 	}
 	if isResult {
 		for _, id := range h.finished {

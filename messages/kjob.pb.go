@@ -3382,10 +3382,14 @@ func (x *Subscribe) GetWithWorkers() bool {
 }
 
 // AssignShard: NameServer → server: open (create if new) this shard at epoch.
+// nameserver: the NameServer instance that placed it; a server takes an assignment
+// only from the instance it resolves now (a late one from an instance gone since may
+// have been placed elsewhere by its successor).
 type AssignShard struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Shard         string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
 	Epoch         int64                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Nameserver    *Ref                   `protobuf:"bytes,3,opt,name=nameserver,proto3" json:"nameserver,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3432,6 +3436,13 @@ func (x *AssignShard) GetEpoch() int64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *AssignShard) GetNameserver() *Ref {
+	if x != nil {
+		return x.Nameserver
+	}
+	return nil
 }
 
 // MoveShard: NameServer → the owner's server: hand the shard to target (a server actor).
@@ -4981,10 +4992,13 @@ const file_kjob_proto_rawDesc = "" +
 	"\n" +
 	"subscriber\x18\x01 \x01(\v2\f.kjob.v1.RefR\n" +
 	"subscriber\x12!\n" +
-	"\fwith_workers\x18\x02 \x01(\bR\vwithWorkers\"9\n" +
+	"\fwith_workers\x18\x02 \x01(\bR\vwithWorkers\"g\n" +
 	"\vAssignShard\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"s\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12,\n" +
+	"\n" +
+	"nameserver\x18\x03 \x01(\v2\f.kjob.v1.RefR\n" +
+	"nameserver\"s\n" +
 	"\tMoveShard\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12$\n" +
 	"\x06target\x18\x02 \x01(\v2\f.kjob.v1.RefR\x06target\x12\x14\n" +
@@ -5284,29 +5298,30 @@ var file_kjob_proto_depIdxs = []int32{
 	8,  // 36: kjob.v1.RouteTable.error:type_name -> kjob.v1.Error
 	9,  // 37: kjob.v1.RouteTable.nameserver:type_name -> kjob.v1.Ref
 	9,  // 38: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
-	9,  // 39: kjob.v1.MoveShard.target:type_name -> kjob.v1.Ref
-	8,  // 40: kjob.v1.ImportShardReply.error:type_name -> kjob.v1.Error
-	36, // 41: kjob.v1.ImportShardReply.shard:type_name -> kjob.v1.ShardLoad
-	36, // 42: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
-	8,  // 43: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
-	8,  // 44: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
-	36, // 45: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
-	8,  // 46: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
-	54, // 47: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
-	56, // 48: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
-	55, // 49: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
-	9,  // 50: kjob.v1.ShardMeta.target:type_name -> kjob.v1.Ref
-	60, // 51: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
-	12, // 52: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
-	62, // 53: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
-	26, // 54: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
-	25, // 55: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
-	64, // 56: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
-	57, // [57:57] is the sub-list for method output_type
-	57, // [57:57] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	9,  // 39: kjob.v1.AssignShard.nameserver:type_name -> kjob.v1.Ref
+	9,  // 40: kjob.v1.MoveShard.target:type_name -> kjob.v1.Ref
+	8,  // 41: kjob.v1.ImportShardReply.error:type_name -> kjob.v1.Error
+	36, // 42: kjob.v1.ImportShardReply.shard:type_name -> kjob.v1.ShardLoad
+	36, // 43: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
+	8,  // 44: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
+	8,  // 45: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
+	36, // 46: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
+	8,  // 47: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
+	54, // 48: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
+	56, // 49: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
+	55, // 50: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
+	9,  // 51: kjob.v1.ShardMeta.target:type_name -> kjob.v1.Ref
+	60, // 52: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
+	12, // 53: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
+	62, // 54: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
+	26, // 55: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
+	25, // 56: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
+	64, // 57: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
+	58, // [58:58] is the sub-list for method output_type
+	58, // [58:58] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_kjob_proto_init() }

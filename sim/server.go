@@ -609,6 +609,11 @@ func (v *server) receive(from *messages.Ref, m any) {
 // sender, so the real server confirms a new shard to the NameServer it resolves
 // when the shard's record is durable, and an existing one not at all.
 func (v *server) assign(from *messages.Ref, m *messages.AssignShard) {
+	// As actors/server: only from the NameServer instance this node resolves now.
+	if ns := v.s.ns; ns != nil && m.Nameserver != nil && (m.Nameserver.Address != ns.ref.Address || m.Nameserver.Id != ns.ref.Id) {
+		v.s.tracef("%s: assignment of %s from name server %s/%s, not the current one: ignored", v.addr, m.Shard, m.Nameserver.Address, m.Nameserver.Id)
+		return
+	}
 	h := v.shards[m.Shard]
 	if h != nil {
 		v.pushWorkers()

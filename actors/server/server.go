@@ -232,6 +232,18 @@ func (a *Actor) assign(ctx actor.Context, m *messages.AssignShard) {
 		}
 		return
 	}
+	if ns := a.deps.NameServer(); ns != nil && m.Nameserver != nil && (m.Nameserver.Address != ns.Address || m.Nameserver.Id != ns.Id) {
+		// From a NameServer instance other than the one this node resolves now: an
+		// old one's late order, whose app its successor may have placed elsewhere
+		// (a second owner). The current one places it again if it still should.
+		a.deps.Log.Warn("assignment from a name server that is not the current one: ignored", "shard", m.Shard,
+			"from", m.Nameserver.Address+"/"+m.Nameserver.Id, "current", ns.Address+"/"+ns.Id)
+		if ctx.Sender() != nil {
+			ctx.Respond(&messages.ShardOpened{ServerId: a.deps.ServerID, Error: kerr.New(messages.Code_FAILED_PRECONDITION, "nameserver",
+				"assignment of %s from %s/%s, not the current name server", m.Shard, m.Nameserver.Address, m.Nameserver.Id)})
+		}
+		return
+	}
 	if c := a.children[m.Shard]; c != nil {
 		a.pushWorkers(ctx)
 		if ctx.Sender() != nil {

@@ -534,3 +534,31 @@ func serverWithShard(t *testing.T) (*actor.ActorSystem, *actor.PID, *heldJournal
 	}
 	return sys, pid, j
 }
+
+// TestAssignFromAnotherNameServerIgnored: an assignment stamped by a NameServer
+// instance other than the one the node resolves now (an old instance's late order,
+// whose app its successor may have placed elsewhere) opens nothing; the current
+// one's does.
+func TestAssignFromAnotherNameServerIgnored(t *testing.T) {
+	j := &heldJournal{}
+	sys, pid, _, ns, _ := startServerNS(t, j)
+	stop := make(chan struct{})
+	defer close(stop)
+	go releaseWhileWaiting(j, stop)
+	old := &messages.Ref{Address: "gone:1", Id: ns.Id}
+	res, err := sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1, Nameserver: old}, 3*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if so := res.(*messages.ShardOpened); so.Error.GetCode() != messages.Code_FAILED_PRECONDITION {
+		t.Fatalf("assignment from another name server answered %v, want FAILED_PRECONDITION", so)
+	}
+	if n := j.count(messages.RecordType_SHARD_OPENED); n != 0 {
+		t.Fatalf("%d SHARD_OPENED records after an assignment from another name server, want 0", n)
+	}
+	cur := &messages.Ref{Address: ns.Address, Id: ns.Id}
+	res, err = sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1, Nameserver: cur}, 3*time.Second).Result()
+	if err != nil || res.(*messages.ShardOpened).Error != nil {
+		t.Fatalf("assignment from the current name server: %v %v", res, err)
+	}
+}

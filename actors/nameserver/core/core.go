@@ -599,7 +599,7 @@ func (c *Core) GetRoutes(nowMs int64, m *messages.GetRoutes, from *messages.Ref,
 				return t
 			}
 			c.pending[root] = pendingAssign{atMs: nowMs, server: target}
-			env.Send(c.servers[target].hb.Server, &messages.AssignShard{Shard: root, Epoch: 1})
+			env.Send(c.servers[target].hb.Server, &messages.AssignShard{Shard: root, Epoch: 1, Nameserver: c.self})
 		}
 		t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "placing app %q", m.App)
 	}

@@ -13,9 +13,16 @@ import (
 // import is persisted as one record.
 const MaxMessageBytes = 96 << 20
 
+// endpointQueueSize is the initial capacity of the queue in front of each remote
+// endpoint's writer. proto.actor's default is 1,000,000 slots (16 MB per peer,
+// resident once traffic has gone round the ring); the queue doubles when full, so a
+// small start loses nothing and costs a peer 256 KiB.
+const endpointQueueSize = 1 << 14
+
 // remoteConfig is the remote configuration of every kjob endpoint.
 func remoteConfig(host string, port int) *remote.Config {
 	return remote.Configure(host, port,
+		remote.WithEndpointWriterQueueSize(endpointQueueSize),
 		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxMessageBytes)),
 		remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))))
 }

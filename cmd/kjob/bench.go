@@ -856,6 +856,7 @@ func benchRecoverMemory(ctx context.Context, o benchOpts, dir string, n int, rec
 	if _, err := benchCreateMany(ctx, e, min(n, 1_000), o.concurrency, mk, nil, nil, nil); err != nil {
 		return nil, nil, fmt.Errorf("warm-up: %w", err)
 	}
+	ids := make([]int64, n) // before the baseline: the bench's own, not the node's
 	var before benchRSS
 	var heapBefore uint64
 	if mem {
@@ -863,7 +864,6 @@ func benchRecoverMemory(ctx context.Context, o benchOpts, dir string, n int, rec
 			return nil, nil, err
 		}
 	}
-	ids := make([]int64, n)
 	label := "recover: populate"
 	if !rec {
 		label = "memory: populate"

@@ -64,18 +64,17 @@ func (c *Core) command(m proto.Message, nowMs int64) proto.Message {
 		j, e := c.update(x.Job, nowMs)
 		return &messages.JobReply{Error: e, Job: j}
 	case *messages.GetJob:
-		j, e := c.lookup(x.App, x.Id)
-		if e != nil {
+		if e := c.holds(x.App, x.Id); e != nil {
 			return &messages.JobReply{Error: e}
 		}
-		return &messages.JobReply{Job: jobCopy(j.j)}
+		return &messages.JobReply{Job: c.reply(x.Id)}
 	case *messages.DeleteJob:
-		j, e := c.lookup(x.App, x.Id)
-		if e != nil {
+		if e := c.holds(x.App, x.Id); e != nil {
 			return &messages.JobReply{Error: e}
 		}
+		j := c.reply(x.Id)
 		c.emit(messages.RecordType_JOB_DELETED, &messages.JobRef{Id: x.Id, RequestId: c.reqID, AtMs: nowMs})
-		return &messages.JobReply{Job: j.j}
+		return &messages.JobReply{Job: j}
 	case *messages.PauseJob, *messages.ResumeJob:
 		return c.pauseResume(x, nowMs)
 	case *messages.TriggerJob:
@@ -103,15 +102,32 @@ func (c *Core) command(m proto.Message, nowMs int64) proto.Message {
 	return &messages.JobReply{Error: kerr.New(messages.Code_INVALID_ARGUMENT, "", "unknown request %T", m)}
 }
 
+// lookup is job id of app, as a full job (see Core.job), for a command that may
+// change it.
 func (c *Core) lookup(app string, id int64) (*job, *messages.Error) {
+	if e := c.holds(app, id); e != nil {
+		return nil, e
+	}
+	return c.job(id), nil
+}
+
+// holds says why the shard cannot answer for job id of app, if it cannot.
+func (c *Core) holds(app string, id int64) *messages.Error {
 	if app != c.cfg.Shard.App {
-		return nil, kerr.New(messages.Code_NOT_OWNER, "app", "shard %s does not hold app %q", c.cfg.Shard, app)
+		return kerr.New(messages.Code_NOT_OWNER, "app", "shard %s does not hold app %q", c.cfg.Shard, app)
 	}
-	j := c.jobs[id]
-	if j == nil {
-		return nil, kerr.New(messages.Code_NOT_FOUND, "id", "job %d not found in app %q", id, app)
+	if !c.has(id) {
+		return kerr.New(messages.Code_NOT_FOUND, "id", "job %d not found in app %q", id, app)
 	}
-	return j, nil
+	return nil
+}
+
+// reply is job id as it is now, for a reply (nil if the shard does not hold it).
+func (c *Core) reply(id int64) *messages.Job {
+	if j := c.jobs[id]; j != nil {
+		return jobCopy(j.j)
+	}
+	return c.peek(id) // a fresh message already
 }
 
 // compile turns a job's schedule into its next-fire calculator; createdMs resolves
@@ -236,13 +252,13 @@ func (c *Core) create(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 	if e != nil {
 		return nil, e
 	}
-	if old := c.jobs[in.Id]; old != nil {
-		if sameDefinition(old.j, in) { // a retried create: idempotent
-			return jobCopy(old.j), nil
+	if old := c.peek(in.Id); old != nil {
+		if sameDefinition(old, in) { // a retried create: idempotent
+			return c.reply(in.Id), nil
 		}
 		return nil, kerr.New(messages.Code_ALREADY_EXISTS, "id", "job %d exists with a different definition", in.Id)
 	}
-	if len(c.jobs) >= c.cfg.MaxJobs {
+	if c.jobCount() >= c.cfg.MaxJobs {
 		return nil, kerr.New(messages.Code_RESOURCE_EXHAUSTED, "", "shard %s holds %d jobs, the limit", c.cfg.Shard, c.cfg.MaxJobs)
 	}
 	j := &messages.Job{Id: in.Id, App: in.App, Handler: in.Handler, Params: in.Params, Schedule: in.Schedule,
@@ -255,7 +271,7 @@ func (c *Core) create(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 	}
 	c.compiled = compiledFor{sched: j.Schedule, createdMs: nowMs, sc: sc} // apply takes it instead of compiling again
 	c.emit(messages.RecordType_JOB_PUT, j)
-	return jobCopy(c.jobs[in.Id].j), nil
+	return c.reply(in.Id), nil
 }
 
 func (c *Core) update(in *messages.Job, nowMs int64) (*messages.Job, *messages.Error) {
@@ -295,7 +311,7 @@ func (c *Core) update(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 		j.CreatedMs = nowMs // the delay was resolved against now
 	}
 	c.emit(messages.RecordType_JOB_PUT, j)
-	return jobCopy(c.jobs[j.Id].j), nil
+	return c.reply(j.Id), nil
 }
 
 // waitsForFinish reports whether job j (the new definition of old) is fixed-delay
@@ -335,7 +351,7 @@ func (c *Core) pauseResume(m proto.Message, nowMs int64) proto.Message {
 	j.UpdatedMs = nowMs
 	j.RequestId = c.reqID
 	c.emit(messages.RecordType_JOB_PUT, j)
-	return &messages.JobReply{Job: jobCopy(c.jobs[id].j)}
+	return &messages.JobReply{Job: c.reply(id)}
 }
 
 func (c *Core) list(x *messages.ListJobs) proto.Message {
@@ -349,7 +365,7 @@ func (c *Core) list(x *messages.ListJobs) proto.Message {
 	if limit > MaxListLimit {
 		return &messages.ListJobsReply{Error: kerr.Invalid("limit", "%d exceeds the limit of %d", limit, MaxListLimit)}
 	}
-	ids := make([]int64, 0, len(c.jobs))
+	ids := make([]int64, 0)
 	for id, j := range c.jobs {
 		if id <= x.AfterId {
 			continue
@@ -362,6 +378,13 @@ func (c *Core) list(x *messages.ListJobs) proto.Message {
 		}
 		ids = append(ids, id)
 	}
+	if x.State == messages.JobState_JOB_STATE_UNSPECIFIED || x.State == messages.JobState_ACTIVE { // every compact job is ACTIVE
+		for id, ref := range c.cold.idx {
+			if id > x.AfterId && (x.Handler == "" || c.cold.handlers[c.cold.at(ref).handler] == x.Handler) {
+				ids = append(ids, id)
+			}
+		}
+	}
 	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
 	out := &messages.ListJobsReply{}
 	for i, id := range ids {
@@ -369,15 +392,18 @@ func (c *Core) list(x *messages.ListJobs) proto.Message {
 			out.NextAfterId = ids[i-1]
 			break
 		}
-		out.Jobs = append(out.Jobs, jobCopy(c.jobs[id].j))
+		out.Jobs = append(out.Jobs, c.reply(id))
 	}
 	return out
 }
 
 func (c *Core) history(x *messages.GetRuns) proto.Message {
-	j, e := c.lookup(x.App, x.Id)
-	if e != nil {
+	if e := c.holds(x.App, x.Id); e != nil {
 		return &messages.RunsReply{Error: e}
+	}
+	var hist []*messages.RunRecord // a compact job has none
+	if j := c.jobs[x.Id]; j != nil {
+		hist = j.history
 	}
 	limit := int(x.Limit)
 	if limit <= 0 || limit > c.cfg.History {
@@ -404,8 +430,8 @@ func (c *Core) history(x *messages.GetRuns) proto.Message {
 		out.Runs = append(out.Runs, &messages.RunRecord{RunId: st.RunId, JobId: st.JobId, DueMs: st.DueMs,
 			DispatchedMs: st.DispatchedMs, Attempt: st.Attempt, WorkerId: st.WorkerId, Error: st.LastError, TraceId: st.TraceId})
 	}
-	for i := len(j.history) - 1; i >= 0 && len(out.Runs) < limit; i-- {
-		out.Runs = append(out.Runs, j.history[i])
+	for i := len(hist) - 1; i >= 0 && len(out.Runs) < limit; i-- {
+		out.Runs = append(out.Runs, hist[i])
 	}
 	return out
 }

@@ -99,6 +99,9 @@ type Config struct {
 	// after its last run; then it is deleted (journaled). Default 1 hour.
 	DoneRetentionMs int64
 	Seed            uint64 // for random routing; fixed for determinism
+	// FullJobs keeps every job as a full record, none compact (compact.go): for
+	// tests and the benchmark's baseline.
+	FullJobs bool
 	// Mutations switched on by simulator tests to prove the invariants catch bugs.
 	Mutations Mutations
 }
@@ -163,10 +166,10 @@ type Core struct {
 	stream uint64
 	epoch  int64
 
-	jobs     map[int64]*job
-	compiled compiledFor       // create → apply (commands.go)
-	interned map[string]string // handler names (intern)
-	due      *wheel.Wheel      // next fire per job; payload = job id
+	jobs     map[int64]*job // full jobs; the others are in cold
+	cold     coldStore      // compact jobs (compact.go), and the handler names
+	compiled compiledFor    // create → apply (commands.go)
+	due      *wheel.Wheel   // next fire per job; payload = job id
 	runs     map[string]*run
 	bySeq    map[uint64]*run
 	timers   *wheel.Wheel // per run; payload = run seq
@@ -246,7 +249,7 @@ func (c *Core) Failed() error { return c.failed }
 func (c *Core) Pending() int { return c.due.Len() }
 
 // Jobs is the number of jobs.
-func (c *Core) Jobs() int { return len(c.jobs) }
+func (c *Core) Jobs() int { return c.jobCount() }
 
 // InFlight is the number of runs dispatched or waiting for a retry.
 func (c *Core) InFlight() int { return len(c.runs) }
@@ -514,17 +517,24 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		}
 	case messages.RecordType_JOB_PUT:
 		jm := m.(*messages.Job)
-		j := c.jobs[jm.Id]
-		if j == nil {
-			j = &job{}
-			c.jobs[jm.Id] = j
-		}
+		c.reqs.add(jm.RequestId, jm.Id, jm.UpdatedMs)
+		jm.RequestId = 0 // journal only (the window above keeps it)
 		// Every job of the shard has its app's name, and handlers are few: one copy
 		// of each string serves them all (they were two allocations per job).
 		if jm.App == c.cfg.Shard.App {
 			jm.App = c.cfg.Shard.App
 		}
-		jm.Handler = c.intern(jm.Handler)
+		_, jm.Handler, _ = c.cold.handler(jm.Handler)
+		j := c.jobs[jm.Id]
+		if j == nil {
+			c.dropCold(jm.Id) // a version replayed over a compact one
+			if c.putCold(jm) {
+				c.compiled = compiledFor{}
+				break
+			}
+			j = &job{}
+			c.jobs[jm.Id] = j
+		}
 		j.j = jm
 		sc := c.compiled.take(jm)
 		switch jm.Schedule.GetKind() {
@@ -538,11 +548,11 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 			}
 		}
 		c.setDue(j, jm.NextDueMs)
-		c.reqs.add(jm.RequestId, jm.Id, jm.UpdatedMs)
 	case messages.RecordType_JOB_DELETED:
 		ref := m.(*messages.JobRef)
 		id := ref.Id
 		c.reqs.add(ref.RequestId, id, ref.AtMs)
+		c.dropCold(id)
 		if j := c.jobs[id]; j != nil {
 			if j.handle != 0 {
 				c.due.Cancel(j.handle)
@@ -572,7 +582,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		}
 		r.st = st
 		c.reqs.add(st.RequestId, st.JobId, st.DispatchedMs)
-		if j := c.jobs[st.JobId]; j != nil {
+		if j := c.job(st.JobId); j != nil {
 			j.running++
 			if st.Fire {
 				j.j.Runs = st.JobRuns
@@ -590,13 +600,13 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 	case messages.RecordType_RUN_FINISHED:
 		rec := m.(*messages.RunRecord)
 		if rec.Outcome == messages.Outcome_SKIPPED { // a fire skipped (concurrency forbid): history only
-			if j := c.jobs[rec.JobId]; j != nil {
+			if j := c.job(rec.JobId); j != nil {
 				c.remember(j, rec)
 			}
 			break
 		}
 		c.dropRun(rec.RunId)
-		if j := c.jobs[rec.JobId]; j != nil {
+		if j := c.job(rec.JobId); j != nil {
 			if j.running > 0 {
 				j.running--
 			}
@@ -656,22 +666,9 @@ func (c *Core) armExpiry(j *job) {
 	j.expiry = c.expire.Add(at, uint64(j.j.Id))
 }
 
-// maxInterned bounds the handler names a shard keeps one copy of.
+// maxInterned bounds the handler names a shard keeps one copy of (and can name
+// in a compact job).
 const maxInterned = 4096
-
-// intern returns the shard's copy of handler name h.
-func (c *Core) intern(h string) string {
-	if s, ok := c.interned[h]; ok {
-		return s
-	}
-	if c.interned == nil {
-		c.interned = map[string]string{}
-	}
-	if len(c.interned) < maxInterned {
-		c.interned[h] = h
-	}
-	return h
-}
 
 // schedOf is j's compiled schedule: kept for the periodic kinds, compiled again
 // for the others (a one-shot or API-only job keeps none: it was a tenth of a
@@ -817,9 +814,14 @@ func (c *Core) HandoffImports() []*messages.ImportShard {
 			nLo++
 		}
 	}
+	for id := range c.cold.idx {
+		if lo.ContainsJob(id) {
+			nLo++
+		}
+	}
 	share := 0.5
-	if len(c.jobs) > 0 {
-		share = float64(nLo) / float64(len(c.jobs))
+	if n := c.jobCount(); n > 0 {
+		share = float64(nLo) / float64(n)
 	}
 	return []*messages.ImportShard{
 		{Shard: lo.String(), Epoch: c.epoch + 1, Snapshot: c.snapshotOf(lo, c.epoch+1, lo.ContainsJob, share)},
@@ -864,7 +866,7 @@ func (c *Core) Tick(nowMs int64, env Env) {
 		dueAt = append(dueAt, dueMs)
 	})
 	for i, id := range dueJobs {
-		if j := c.jobs[id]; j != nil {
+		if j := c.job(id); j != nil {
 			j.handle = 0
 			c.fire(j, dueAt[i], nowMs)
 			fired++
@@ -912,7 +914,7 @@ func (c *Core) Tick(nowMs int64, env Env) {
 // else the node's default.
 
 func (c *Core) timeout(jobID int64) int64 {
-	if j := c.jobs[jobID]; j != nil && j.j.Policy.GetTimeoutMs() > 0 {
+	if j := c.job(jobID); j != nil && j.j.Policy.GetTimeoutMs() > 0 {
 		return j.j.Policy.GetTimeoutMs()
 	}
 	if t := c.cfg.AppPolicy.GetTimeoutMs(); t > 0 {
@@ -1066,7 +1068,7 @@ func (c *Core) startRun(j *job, dueMs, nowMs int64, fire bool, runs, next int64,
 
 // pickWorkers chooses where a run goes, by the job's routing policy.
 func (c *Core) route(r *run) messages.Route {
-	pol, _ := c.routing(c.jobs[r.st.JobId])
+	pol, _ := c.routing(c.job(r.st.JobId))
 	return pol
 }
 
@@ -1075,7 +1077,7 @@ func (c *Core) pickWorkers(r *run) []*messages.WorkerInfo {
 	if len(ws) == 0 {
 		return nil
 	}
-	pol, routeKey := c.routing(c.jobs[r.st.JobId])
+	pol, routeKey := c.routing(c.job(r.st.JobId))
 	switch pol {
 	case messages.Route_RANDOM:
 		i := c.rng.IntN(len(ws))
@@ -1111,7 +1113,7 @@ func (c *Core) params(r *run) []byte {
 	if r.st.HasParams {
 		return r.st.Params
 	}
-	if j := c.jobs[r.st.JobId]; j != nil {
+	if j := c.job(r.st.JobId); j != nil {
 		return j.j.Params
 	}
 	return r.st.Params
@@ -1141,7 +1143,7 @@ func (c *Core) dispatch(r *run, nowMs int64) {
 		return
 	}
 	handler, app := r.st.Handler, r.st.App
-	if j := c.jobs[r.st.JobId]; j != nil {
+	if j := c.job(r.st.JobId); j != nil {
 		handler, app = j.j.Handler, j.j.App
 	}
 	r.st.WorkerId = ws[0].WorkerId
@@ -1161,7 +1163,7 @@ func (c *Core) dispatch(r *run, nowMs int64) {
 
 // finish records a run's outcome and moves a failure up the retry ladder.
 func (c *Core) finish(r *run, res *messages.RunResult, nowMs int64) {
-	j := c.jobs[r.st.JobId]
+	j := c.job(r.st.JobId)
 	rec := &messages.RunRecord{
 		RunId: r.st.RunId, JobId: r.st.JobId, DueMs: r.st.DueMs, DispatchedMs: r.st.DispatchedMs,
 		StartMs: res.StartMs, EndMs: res.EndMs, Attempt: r.st.Attempt, WorkerId: res.WorkerId,

@@ -115,10 +115,10 @@ func (c *Core) duplicate(m proto.Message, s seenReq) proto.Message {
 	case *messages.ReplayDeadLetter, *messages.PurgeDeadLetters:
 		return &messages.DeadLetterReply{}
 	}
-	j := c.jobs[s.jobID]
+	j := c.reply(s.jobID)
 	if j == nil {
 		return &messages.JobReply{Error: kerr.New(messages.Code_NOT_FOUND, "id",
 			"job %d was changed by this request (applied at %d ms) and has been deleted since", s.jobID, s.atMs)}
 	}
-	return &messages.JobReply{Job: proto.Clone(j.j).(*messages.Job)}
+	return &messages.JobReply{Job: j}
 }

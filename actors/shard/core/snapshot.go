@@ -50,6 +50,9 @@ type SnapshotView struct {
 	runs []*messages.RunState  // clones, in run-sequence order
 	dead []*messages.DeadLetter
 	reqs []*messages.RequestSeen // copies: the request window, oldest first
+	cold coldView                // the compact jobs, shared copy-on-write
+	keep func(int64) bool        // which compact jobs belong (nil: all)
+	app  string
 
 	fireWin, fireWinSec []int64 // copies, the fire window scaled by its share
 }
@@ -74,6 +77,9 @@ func (c *Core) viewOf(sh route.Shard, epoch int64, keep func(int64) bool, share 
 	v := &SnapshotView{
 		meta: &messages.ShardMeta{Shard: sh.String(), Epoch: epoch},
 		jobs: make([]jobView, 0, len(c.jobs)),
+		cold: c.cold.view(),
+		keep: keep,
+		app:  c.cfg.Shard.App,
 	}
 	// The map walk only collects pointers; the loops over that slice then read the jobs
 	// with independent loads, which the CPU overlaps (the walk's own work does not
@@ -133,7 +139,7 @@ func (v *SnapshotView) Encode() []byte {
 	slices.SortFunc(v.dead, func(a, b *messages.DeadLetter) int { return strings.Compare(a.RunId, b.RunId) })
 	s := &messages.ShardSnapshot{Meta: v.meta, Runs: v.runs, Dead: v.dead, Requests: v.reqs,
 		FireWindow: v.fireWin, FireWindowSec: v.fireWinSec,
-		Jobs:    make([]*messages.Job, len(v.jobs)),
+		Jobs:    make([]*messages.Job, len(v.jobs), len(v.jobs)+v.cold.n),
 		History: make([]*messages.RunRecord, 0, len(v.hist))}
 	jobs := make([]messages.Job, len(v.jobs)) // one allocation for every copy
 	for i := range v.jobs {
@@ -141,6 +147,34 @@ func (v *SnapshotView) Encode() []byte {
 		copyJob(&jobs[i], jv)
 		s.Jobs[i] = &jobs[i]
 		s.History = append(s.History, v.hist[jv.hist0:jv.hist1]...)
+	}
+	if v.cold.n > 0 {
+		// The compact jobs, rebuilt (their params point into the view's slots), then
+		// merged with the full ones in id order.
+		slots := make([]*coldJob, 0, v.cold.n)
+		v.cold.each(func(c *coldJob) {
+			if v.keep == nil || v.keep(c.id) {
+				slots = append(slots, c)
+			}
+		})
+		slices.SortFunc(slots, func(a, b *coldJob) int { return cmpInt64(a.id, b.id) })
+		cj := make([]messages.Job, len(slots))
+		cs := make([]messages.Schedule, len(slots))
+		for i, c := range slots {
+			coldMessage(&cj[i], &cs[i], c, v.app, v.cold.handlers, true)
+		}
+		full := s.Jobs
+		s.Jobs = make([]*messages.Job, 0, len(full)+len(cj))
+		i, k := 0, 0
+		for i < len(full) || k < len(cj) {
+			if k == len(cj) || (i < len(full) && full[i].Id < cj[k].Id) {
+				s.Jobs = append(s.Jobs, full[i])
+				i++
+			} else {
+				s.Jobs = append(s.Jobs, &cj[k])
+				k++
+			}
+		}
 	}
 	b, err := proto.Marshal(s)
 	if err != nil {
@@ -224,7 +258,7 @@ func (c *Core) LoadSnapshot(data []byte, lsn uint64) error {
 		return fmt.Errorf("shard %s: snapshot at lsn %d: job: %w", c.cfg.Shard, lsn, err)
 	}
 	for _, h := range s.History {
-		if j := c.jobs[h.JobId]; j != nil {
+		if j := c.job(h.JobId); j != nil {
 			j.history = append(j.history, h)
 		}
 	}

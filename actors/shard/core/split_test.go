@@ -50,7 +50,7 @@ func TestSplitPartitionsTheShard(t *testing.T) {
 			t.Fatal(err)
 		}
 		for id := int64(1); id <= n; id++ {
-			_, has := child.jobs[id]
+			has := child.has(id)
 			if has != want.ContainsJob(id) {
 				t.Fatalf("%s: job %d present=%v, its hash says %v", want, id, has, want.ContainsJob(id))
 			}

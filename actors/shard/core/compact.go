@@ -1,0 +1,361 @@
+package core
+
+import (
+	"sync"
+
+	"github.com/kjob/kjob/messages"
+	"github.com/kjob/kjob/wheel"
+)
+
+// Compact jobs.
+//
+// Most of a busy shard's jobs are one-shots that wait: created, not yet due, never
+// run, with the app's default policy and a few bytes of params ("remind about order
+// 42 in 15 minutes"). A full job (a *messages.Job, its *messages.Schedule, its
+// params, the job struct and its map entry: six heap objects, 550 bytes and more
+// with the fragmentation they leave) is ten times what such a job needs. So a job
+// that is exactly that — a one-shot, ACTIVE, with a due time, no run, no policy of
+// its own, params of at most coldParams bytes, no field this file does not know —
+// is kept as one coldJob: 80 bytes in a chunk of coldChunk slots that holds no
+// pointers (the garbage collector never scans it), found through a map from job id
+// to slot that holds no pointers either.
+//
+// A compact job is a representation, not a state: every reader sees the job it
+// stands for (coldMessage rebuilds it field for field, TestCompactRoundTrip keeps
+// it complete), and everything that changes a job first turns it back into a full
+// one (Core.job): a fire, a run or result, an update, pause, trigger. Only creating
+// a job (apply of a JOB_PUT for a job the shard does not hold) makes a compact one,
+// and only deleting it or making it full removes one. So a compact job has no run
+// history, no run in flight, no expiry and no compiled schedule, by construction.
+//
+// The chunks are copy-on-write for snapshots: a SnapshotView takes the chunk
+// pointers (not the jobs) and marks them shared; the core copies a shared chunk
+// before its next write to it, so the view's encoder reads jobs nobody changes, and
+// taking a view costs a few hundred pointer copies instead of a walk over every job.
+
+const (
+	coldParams = 28   // params bytes kept inline (the slot is then 72 bytes)
+	coldChunk  = 4096 // slots per chunk (320 KiB)
+
+	coldDelay = 1 << 0 // the schedule is a delay (next - created); else at_ms (= next)
+)
+
+// coldJob is one compact job (see above). Its schedule is implied: at_ms = next, or
+// with coldDelay delay_ms = next - created (a one-shot's first due is exactly that).
+// A free slot has id 0 and, in next, the chunk-relative index+1 of the next free
+// slot of its chunk.
+type coldJob struct {
+	id      int64
+	created int64 // created_ms
+	next    int64 // next_due_ms (> 0)
+	handle  wheel.Handle
+	upd     uint32 // updated_ms - created_ms
+	version uint32
+	handler uint16 // index in coldStore.handlers
+	flags   uint8
+	nparams uint8
+	params  [coldParams]byte
+}
+
+type coldChunkData [coldChunk]coldJob
+
+type coldChunkT struct {
+	slots  *coldChunkData
+	live   int32
+	free   int32 // index+1 of the first free slot below high; 0 = none
+	high   int32 // slots ever used (those above are free and zero)
+	shared bool  // a snapshot view may be reading slots: copy before writing
+}
+
+type coldStore struct {
+	idx    map[int64]uint32 // job id → chunk<<12 | slot
+	peak   int              // largest len(idx) since idx was made (it never shrinks)
+	chunks []coldChunkT
+	avail  []int32 // chunks that may have a free slot (checked when used)
+	holes  []int32 // indices of dropped (empty) chunks, for reuse
+
+	handlers  []string // handler names by index (only ever appended)
+	handlerIx map[string]uint16
+}
+
+// coldFieldsKnown reports whether messages.Job and messages.Schedule have exactly
+// the fields coldMessage rebuilds: a field added to the .proto since turns compact
+// jobs off (every job is kept full) instead of being silently dropped.
+var coldFieldsKnown = sync.OnceValue(func() bool {
+	job := (&messages.Job{}).ProtoReflect().Descriptor().Fields()
+	sch := (&messages.Schedule{}).ProtoReflect().Descriptor().Fields()
+	return job.Len() == 15 && sch.Len() == 10 && len(jobExtra()) == 0
+})
+
+func (s *coldStore) len() int { return len(s.idx) }
+
+func (s *coldStore) at(ref uint32) *coldJob {
+	return &s.chunks[ref>>12].slots[ref&(coldChunk-1)]
+}
+
+// mut is at for a write: a chunk a snapshot view shares is copied first.
+func (s *coldStore) mut(ref uint32) *coldJob {
+	ch := &s.chunks[ref>>12]
+	if ch.shared {
+		cp := new(coldChunkData)
+		*cp = *ch.slots
+		ch.slots, ch.shared = cp, false
+	}
+	return &ch.slots[ref&(coldChunk-1)]
+}
+
+func (s *coldStore) get(id int64) (*coldJob, bool) {
+	ref, ok := s.idx[id]
+	if !ok {
+		return nil, false
+	}
+	return s.at(ref), true
+}
+
+// put stores cj (whose id the store does not hold).
+func (s *coldStore) put(cj coldJob) {
+	ci := s.chunkWithRoom()
+	ch := &s.chunks[ci]
+	var slot int32
+	if ch.free != 0 {
+		slot = ch.free - 1
+		ch.free = int32(ch.slots[slot].next)
+	} else {
+		slot = ch.high
+		ch.high++
+	}
+	ch.live++
+	ref := uint32(ci)<<12 | uint32(slot)
+	*s.mut(ref) = cj
+	if s.idx == nil {
+		s.idx = make(map[int64]uint32)
+	}
+	s.idx[cj.id] = ref
+	s.peak = max(s.peak, len(s.idx))
+}
+
+func (s *coldStore) chunkWithRoom() int32 {
+	for len(s.avail) > 0 {
+		ci := s.avail[len(s.avail)-1]
+		if ch := &s.chunks[ci]; ch.slots != nil && (ch.free != 0 || ch.high < coldChunk) {
+			return ci
+		}
+		s.avail = s.avail[:len(s.avail)-1]
+	}
+	var ci int32
+	if n := len(s.holes); n > 0 {
+		ci = s.holes[n-1]
+		s.holes = s.holes[:n-1]
+	} else {
+		ci = int32(len(s.chunks))
+		s.chunks = append(s.chunks, coldChunkT{})
+	}
+	s.chunks[ci] = coldChunkT{slots: new(coldChunkData)}
+	s.avail = append(s.avail, ci)
+	return ci
+}
+
+// take removes job id and returns what it was.
+func (s *coldStore) take(id int64) (coldJob, bool) {
+	ref, ok := s.idx[id]
+	if !ok {
+		return coldJob{}, false
+	}
+	cj := *s.at(ref)
+	delete(s.idx, id)
+	ci, slot := int32(ref>>12), int32(ref&(coldChunk-1))
+	ch := &s.chunks[ci]
+	wasFull := ch.free == 0 && ch.high == coldChunk
+	ch.live--
+	if ch.live == 0 { // an empty chunk is given back
+		s.chunks[ci] = coldChunkT{}
+		s.holes = append(s.holes, ci)
+	} else {
+		*s.mut(ref) = coldJob{next: int64(ch.free)}
+		ch.free = slot + 1
+		if wasFull {
+			s.avail = append(s.avail, ci)
+		}
+	}
+	if s.peak > 4*coldChunk && len(s.idx) < s.peak/4 { // a Go map never shrinks: make a smaller one
+		idx := make(map[int64]uint32, len(s.idx))
+		for k, v := range s.idx {
+			idx[k] = v
+		}
+		s.idx, s.peak = idx, len(idx)
+	}
+	return cj, true
+}
+
+// handler is the index of handler name h, adding it when there is room.
+func (s *coldStore) handler(h string) (uint16, string, bool) {
+	if i, ok := s.handlerIx[h]; ok {
+		return i, s.handlers[i], true
+	}
+	if len(s.handlers) >= maxInterned {
+		return 0, h, false
+	}
+	if s.handlerIx == nil {
+		s.handlerIx = make(map[string]uint16)
+	}
+	i := uint16(len(s.handlers))
+	s.handlers = append(s.handlers, h)
+	s.handlerIx[h] = i
+	return i, h, true
+}
+
+// coldOf is jm as a compact job, when it is one (see the top of this file); jm's
+// handler must be in the handler table already (hi is its index).
+func coldOf(jm *messages.Job, app string, hi uint16) (coldJob, bool) {
+	s := jm.Schedule
+	if s == nil || s.Kind != messages.ScheduleKind_ONCE || jm.Policy != nil || jm.App != app ||
+		jm.State != messages.JobState_ACTIVE || jm.NextDueMs <= 0 || jm.Runs != 0 || jm.LastDueMs != 0 ||
+		jm.LastFinishMs != 0 || len(jm.Params) > coldParams ||
+		jm.Version <= 0 || jm.Version > 1<<32-1 || jm.UpdatedMs < jm.CreatedMs || jm.UpdatedMs-jm.CreatedMs > 1<<32-1 ||
+		s.Cron != "" || s.Tz != "" || s.EveryMs != 0 || s.StartMs != 0 || s.NotBeforeMs != 0 || s.NotAfterMs != 0 ||
+		s.MaxRuns != 0 || (s.AtMs != 0 && (s.DelayMs != 0 || jm.NextDueMs != s.AtMs)) ||
+		(s.AtMs == 0 && (s.DelayMs < 0 || jm.NextDueMs != jm.CreatedMs+s.DelayMs)) || !coldFieldsKnown() ||
+		len(jm.ProtoReflect().GetUnknown()) > 0 || len(s.ProtoReflect().GetUnknown()) > 0 {
+		return coldJob{}, false
+	}
+	cj := coldJob{id: jm.Id, created: jm.CreatedMs, next: jm.NextDueMs,
+		upd: uint32(jm.UpdatedMs - jm.CreatedMs), version: uint32(jm.Version), handler: hi, nparams: uint8(len(jm.Params))}
+	if s.AtMs == 0 {
+		cj.flags = coldDelay
+	}
+	copy(cj.params[:], jm.Params)
+	return cj, true
+}
+
+// coldMessage fills dst (and sched, which dst then points to) with the job cj
+// stands for. Params are copied unless share, when they point into cj (a view's
+// slots, which nobody changes).
+func coldMessage(dst *messages.Job, sched *messages.Schedule, cj *coldJob, app string, handlers []string, share bool) {
+	*sched = messages.Schedule{Kind: messages.ScheduleKind_ONCE}
+	if cj.flags&coldDelay != 0 {
+		sched.DelayMs = cj.next - cj.created
+	} else {
+		sched.AtMs = cj.next
+	}
+	*dst = messages.Job{Id: cj.id, App: app, Handler: handlers[cj.handler], Schedule: sched,
+		State: messages.JobState_ACTIVE, Version: int64(cj.version), CreatedMs: cj.created,
+		UpdatedMs: cj.created + int64(cj.upd), NextDueMs: cj.next}
+	if cj.nparams > 0 {
+		if share {
+			dst.Params = cj.params[:cj.nparams:cj.nparams]
+		} else {
+			dst.Params = append([]byte(nil), cj.params[:cj.nparams]...)
+		}
+	}
+}
+
+// coldView is the compact jobs as a snapshot view holds them: the chunks shared
+// copy-on-write with the core, and the handler names up to then.
+type coldView struct {
+	chunks   []*coldChunkData
+	handlers []string
+	n        int
+}
+
+// view shares the chunks with a snapshot view (see the top of this file).
+func (s *coldStore) view() coldView {
+	v := coldView{handlers: s.handlers[:len(s.handlers):len(s.handlers)], n: len(s.idx)}
+	for i := range s.chunks {
+		if ch := &s.chunks[i]; ch.slots != nil {
+			ch.shared = true
+			v.chunks = append(v.chunks, ch.slots)
+		}
+	}
+	return v
+}
+
+// each calls fn with every job of the view (in slot order).
+func (v *coldView) each(fn func(cj *coldJob)) {
+	for _, ch := range v.chunks {
+		for i := range ch {
+			if cj := &ch[i]; cj.id != 0 {
+				fn(cj)
+			}
+		}
+	}
+}
+
+// ---------------------------------------------------------------- the core's side
+
+// job is job id's full record, turning a compact job into a full one first: use it
+// wherever the job may change. Readers that change nothing use peek.
+func (c *Core) job(id int64) *job {
+	if j := c.jobs[id]; j != nil {
+		return j
+	}
+	if c.cold.len() == 0 {
+		return nil
+	}
+	cj, ok := c.cold.take(id)
+	if !ok {
+		return nil
+	}
+	jm, sched := &messages.Job{}, &messages.Schedule{}
+	coldMessage(jm, sched, &cj, c.cfg.Shard.App, c.cold.handlers, false)
+	j := &job{j: jm, handle: cj.handle}
+	c.jobs[id] = j
+	return j
+}
+
+// peek is job id as it is now, for a reader: the stored full job (not to be
+// changed, nor to leave the shard: jobCopy it), or a compact one rebuilt.
+func (c *Core) peek(id int64) *messages.Job {
+	if j := c.jobs[id]; j != nil {
+		return j.j
+	}
+	cj, ok := c.cold.get(id)
+	if !ok {
+		return nil
+	}
+	jm, sched := &messages.Job{}, &messages.Schedule{}
+	coldMessage(jm, sched, cj, c.cfg.Shard.App, c.cold.handlers, false)
+	return jm
+}
+
+// has reports whether the shard holds job id.
+func (c *Core) has(id int64) bool {
+	if c.jobs[id] != nil {
+		return true
+	}
+	_, ok := c.cold.idx[id]
+	return ok
+}
+
+// jobCount is the number of jobs, full and compact.
+func (c *Core) jobCount() int { return len(c.jobs) + c.cold.len() }
+
+// Compact is the number of jobs kept compact.
+func (c *Core) Compact() int { return c.cold.len() }
+
+// putCold stores new job jm compactly when it qualifies, and arms its due.
+func (c *Core) putCold(jm *messages.Job) bool {
+	if c.cfg.FullJobs {
+		return false
+	}
+	hi, _, ok := c.cold.handler(jm.Handler)
+	if !ok {
+		return false
+	}
+	cj, ok := coldOf(jm, c.cfg.Shard.App, hi)
+	if !ok {
+		return false
+	}
+	cj.handle = c.due.Add(cj.next, uint64(cj.id))
+	c.cold.put(cj)
+	return true
+}
+
+// dropCold removes compact job id and its due, if it is one.
+func (c *Core) dropCold(id int64) {
+	if c.cold.len() == 0 {
+		return
+	}
+	if cj, ok := c.cold.take(id); ok {
+		c.due.Cancel(cj.handle)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -36,6 +37,8 @@ type ClientConfig struct {
 	Log     *slog.Logger
 	// ActorLogLevel is the level from which proto.actor's own logs pass (default WARN).
 	ActorLogLevel slog.Level
+	// NoBatch sends every create alone, never in a batch (batch.go).
+	NoBatch bool
 }
 
 // Client is the Go API for jobs: it generates snowflake ids with a leased node id,
@@ -48,14 +51,17 @@ type Client struct {
 	rem    *remote.Remote
 	log    *slog.Logger
 
-	mu     sync.Mutex
-	routes map[string][]*messages.RouteEntry // by app
-	next   int                               // server round robin
-	node   *snowflake.Node
-	nodeID int64
-	holder string
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	routes   map[string][]*messages.RouteEntry // by app
+	batchers map[string]*batcher               // by shard actor (batch.go)
+	batches  atomic.Int64                      // batches sent (batch.go)
+	batched  atomic.Int64                      // creates sent in them
+	next     int                               // server round robin
+	node     *snowflake.Node
+	nodeID   int64
+	holder   string
+	stop     chan struct{}
+	wg       sync.WaitGroup
 }
 
 func newSystem(log *slog.Logger, listen string, level slog.Level) (*actor.ActorSystem, *remote.Remote, error) {
@@ -360,7 +366,13 @@ func (c *Client) Create(ctx context.Context, j *messages.Job) (*messages.Job, er
 		return nil, &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "params",
 			Message: fmt.Sprintf("%d bytes exceeds the limit of %d bytes", len(j.Params), maxParams)}
 	}
-	return c.jobCall(ctx, j.App, j.Id, true, &messages.CreateJob{Job: j, RequestId: c.NewID()})
+	m := &messages.CreateJob{Job: j, RequestId: c.NewID()}
+	if !c.cfg.NoBatch {
+		if r, done, err := c.createBatched(ctx, m); done {
+			return r, err
+		}
+	}
+	return c.jobCall(ctx, j.App, j.Id, true, m)
 }
 
 const maxParams = 64 << 10

@@ -137,6 +137,11 @@ func TestTenThousandOneShots(t *testing.T) {
 	if failed.Load() > 0 {
 		t.FailNow()
 	}
+	// 64 creates at a time to one shard, at most 4 requests in flight to it: they
+	// went in batches (cluster/batch.go), all but the first few before a route.
+	if b, k := e.client.CreateBatches(); k < n-100 || k < 2*b {
+		t.Errorf("%d of %d creates went in %d batches: want nearly all, two or more a batch on average", k, n, b)
+	}
 	waitFor(t, 30*time.Second, "10,000 runs", func() bool { return e.rec.n.Load() >= n })
 	time.Sleep(500 * time.Millisecond) // a duplicate would show up now
 	e.rec.mu.Lock()

@@ -1600,6 +1600,99 @@ func (x *JobReply) GetJob() *Job {
 	return nil
 }
 
+// CreateJobs is a batch of creates for one shard, from a client that had more
+// creates waiting for that shard than requests in flight to it (cluster.Client
+// batches on its own): each is applied as if it came alone, in order, and the
+// reply holds one JobReply per create, in the same order, sent once all of them
+// are durable.
+type CreateJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Jobs          []*CreateJob           `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateJobs) Reset() {
+	*x = CreateJobs{}
+	mi := &file_kjob_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateJobs) ProtoMessage() {}
+
+func (x *CreateJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_kjob_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateJobs.ProtoReflect.Descriptor instead.
+func (*CreateJobs) Descriptor() ([]byte, []int) {
+	return file_kjob_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CreateJobs) GetJobs() []*CreateJob {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+type CreateJobsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replies       []*JobReply            `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateJobsReply) Reset() {
+	*x = CreateJobsReply{}
+	mi := &file_kjob_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateJobsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateJobsReply) ProtoMessage() {}
+
+func (x *CreateJobsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kjob_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateJobsReply.ProtoReflect.Descriptor instead.
+func (*CreateJobsReply) Descriptor() ([]byte, []int) {
+	return file_kjob_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CreateJobsReply) GetReplies() []*JobReply {
+	if x != nil {
+		return x.Replies
+	}
+	return nil
+}
+
 type ListJobsReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
@@ -1611,7 +1704,7 @@ type ListJobsReply struct {
 
 func (x *ListJobsReply) Reset() {
 	*x = ListJobsReply{}
-	mi := &file_kjob_proto_msgTypes[15]
+	mi := &file_kjob_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1716,7 @@ func (x *ListJobsReply) String() string {
 func (*ListJobsReply) ProtoMessage() {}
 
 func (x *ListJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[15]
+	mi := &file_kjob_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1729,7 @@ func (x *ListJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsReply.ProtoReflect.Descriptor instead.
 func (*ListJobsReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{15}
+	return file_kjob_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListJobsReply) GetError() *Error {
@@ -1670,7 +1763,7 @@ type RunsReply struct {
 
 func (x *RunsReply) Reset() {
 	*x = RunsReply{}
-	mi := &file_kjob_proto_msgTypes[16]
+	mi := &file_kjob_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1775,7 @@ func (x *RunsReply) String() string {
 func (*RunsReply) ProtoMessage() {}
 
 func (x *RunsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[16]
+	mi := &file_kjob_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1788,7 @@ func (x *RunsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunsReply.ProtoReflect.Descriptor instead.
 func (*RunsReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{16}
+	return file_kjob_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RunsReply) GetError() *Error {
@@ -1733,7 +1826,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_kjob_proto_msgTypes[17]
+	mi := &file_kjob_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1838,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[17]
+	mi := &file_kjob_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1851,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{17}
+	return file_kjob_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -1870,7 +1963,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_kjob_proto_msgTypes[18]
+	mi := &file_kjob_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1882,7 +1975,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[18]
+	mi := &file_kjob_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1895,7 +1988,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{18}
+	return file_kjob_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeadLetter) GetRunId() string {
@@ -1979,7 +2072,7 @@ type ListDeadLetters struct {
 
 func (x *ListDeadLetters) Reset() {
 	*x = ListDeadLetters{}
-	mi := &file_kjob_proto_msgTypes[19]
+	mi := &file_kjob_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2084,7 @@ func (x *ListDeadLetters) String() string {
 func (*ListDeadLetters) ProtoMessage() {}
 
 func (x *ListDeadLetters) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[19]
+	mi := &file_kjob_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2097,7 @@ func (x *ListDeadLetters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLetters.ProtoReflect.Descriptor instead.
 func (*ListDeadLetters) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{19}
+	return file_kjob_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListDeadLetters) GetApp() string {
@@ -2039,7 +2132,7 @@ type DeadLettersReply struct {
 
 func (x *DeadLettersReply) Reset() {
 	*x = DeadLettersReply{}
-	mi := &file_kjob_proto_msgTypes[20]
+	mi := &file_kjob_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2144,7 @@ func (x *DeadLettersReply) String() string {
 func (*DeadLettersReply) ProtoMessage() {}
 
 func (x *DeadLettersReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[20]
+	mi := &file_kjob_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2157,7 @@ func (x *DeadLettersReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLettersReply.ProtoReflect.Descriptor instead.
 func (*DeadLettersReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{20}
+	return file_kjob_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeadLettersReply) GetError() *Error {
@@ -2098,7 +2191,7 @@ type GetDeadLetter struct {
 
 func (x *GetDeadLetter) Reset() {
 	*x = GetDeadLetter{}
-	mi := &file_kjob_proto_msgTypes[21]
+	mi := &file_kjob_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2203,7 @@ func (x *GetDeadLetter) String() string {
 func (*GetDeadLetter) ProtoMessage() {}
 
 func (x *GetDeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[21]
+	mi := &file_kjob_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2216,7 @@ func (x *GetDeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDeadLetter.ProtoReflect.Descriptor instead.
 func (*GetDeadLetter) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{21}
+	return file_kjob_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetDeadLetter) GetApp() string {
@@ -2151,7 +2244,7 @@ type ReplayDeadLetter struct {
 
 func (x *ReplayDeadLetter) Reset() {
 	*x = ReplayDeadLetter{}
-	mi := &file_kjob_proto_msgTypes[22]
+	mi := &file_kjob_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2256,7 @@ func (x *ReplayDeadLetter) String() string {
 func (*ReplayDeadLetter) ProtoMessage() {}
 
 func (x *ReplayDeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[22]
+	mi := &file_kjob_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2269,7 @@ func (x *ReplayDeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetter.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetter) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{22}
+	return file_kjob_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReplayDeadLetter) GetApp() string {
@@ -2211,7 +2304,7 @@ type PurgeDeadLetters struct {
 
 func (x *PurgeDeadLetters) Reset() {
 	*x = PurgeDeadLetters{}
-	mi := &file_kjob_proto_msgTypes[23]
+	mi := &file_kjob_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2316,7 @@ func (x *PurgeDeadLetters) String() string {
 func (*PurgeDeadLetters) ProtoMessage() {}
 
 func (x *PurgeDeadLetters) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[23]
+	mi := &file_kjob_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2329,7 @@ func (x *PurgeDeadLetters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLetters.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLetters) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{23}
+	return file_kjob_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PurgeDeadLetters) GetApp() string {
@@ -2271,7 +2364,7 @@ type DeadLetterReply struct {
 
 func (x *DeadLetterReply) Reset() {
 	*x = DeadLetterReply{}
-	mi := &file_kjob_proto_msgTypes[24]
+	mi := &file_kjob_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2283,7 +2376,7 @@ func (x *DeadLetterReply) String() string {
 func (*DeadLetterReply) ProtoMessage() {}
 
 func (x *DeadLetterReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[24]
+	mi := &file_kjob_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2296,7 +2389,7 @@ func (x *DeadLetterReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetterReply.ProtoReflect.Descriptor instead.
 func (*DeadLetterReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{24}
+	return file_kjob_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeadLetterReply) GetError() *Error {
@@ -2341,7 +2434,7 @@ type Dispatch struct {
 
 func (x *Dispatch) Reset() {
 	*x = Dispatch{}
-	mi := &file_kjob_proto_msgTypes[25]
+	mi := &file_kjob_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2446,7 @@ func (x *Dispatch) String() string {
 func (*Dispatch) ProtoMessage() {}
 
 func (x *Dispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[25]
+	mi := &file_kjob_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2459,7 @@ func (x *Dispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatch.ProtoReflect.Descriptor instead.
 func (*Dispatch) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{25}
+	return file_kjob_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Dispatch) GetRunId() string {
@@ -2481,7 +2574,7 @@ type RunResult struct {
 
 func (x *RunResult) Reset() {
 	*x = RunResult{}
-	mi := &file_kjob_proto_msgTypes[26]
+	mi := &file_kjob_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2586,7 @@ func (x *RunResult) String() string {
 func (*RunResult) ProtoMessage() {}
 
 func (x *RunResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[26]
+	mi := &file_kjob_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2599,7 @@ func (x *RunResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResult.ProtoReflect.Descriptor instead.
 func (*RunResult) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{26}
+	return file_kjob_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RunResult) GetRunId() string {
@@ -2610,7 +2703,7 @@ type ResultAck struct {
 
 func (x *ResultAck) Reset() {
 	*x = ResultAck{}
-	mi := &file_kjob_proto_msgTypes[27]
+	mi := &file_kjob_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2715,7 @@ func (x *ResultAck) String() string {
 func (*ResultAck) ProtoMessage() {}
 
 func (x *ResultAck) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[27]
+	mi := &file_kjob_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2728,7 @@ func (x *ResultAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAck.ProtoReflect.Descriptor instead.
 func (*ResultAck) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{27}
+	return file_kjob_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResultAck) GetRunId() string {
@@ -2660,7 +2753,7 @@ type ShardLoad struct {
 
 func (x *ShardLoad) Reset() {
 	*x = ShardLoad{}
-	mi := &file_kjob_proto_msgTypes[28]
+	mi := &file_kjob_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2765,7 @@ func (x *ShardLoad) String() string {
 func (*ShardLoad) ProtoMessage() {}
 
 func (x *ShardLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[28]
+	mi := &file_kjob_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2778,7 @@ func (x *ShardLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardLoad.ProtoReflect.Descriptor instead.
 func (*ShardLoad) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{28}
+	return file_kjob_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ShardLoad) GetShard() string {
@@ -2756,7 +2849,7 @@ type ServerHeartbeat struct {
 
 func (x *ServerHeartbeat) Reset() {
 	*x = ServerHeartbeat{}
-	mi := &file_kjob_proto_msgTypes[29]
+	mi := &file_kjob_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2768,7 +2861,7 @@ func (x *ServerHeartbeat) String() string {
 func (*ServerHeartbeat) ProtoMessage() {}
 
 func (x *ServerHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[29]
+	mi := &file_kjob_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2781,7 +2874,7 @@ func (x *ServerHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerHeartbeat.ProtoReflect.Descriptor instead.
 func (*ServerHeartbeat) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{29}
+	return file_kjob_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ServerHeartbeat) GetServerId() string {
@@ -2874,7 +2967,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_kjob_proto_msgTypes[30]
+	mi := &file_kjob_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2886,7 +2979,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[30]
+	mi := &file_kjob_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2899,7 +2992,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{30}
+	return file_kjob_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WorkerInfo) GetWorkerId() string {
@@ -2947,7 +3040,7 @@ type WorkerHeartbeat struct {
 
 func (x *WorkerHeartbeat) Reset() {
 	*x = WorkerHeartbeat{}
-	mi := &file_kjob_proto_msgTypes[31]
+	mi := &file_kjob_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3052,7 @@ func (x *WorkerHeartbeat) String() string {
 func (*WorkerHeartbeat) ProtoMessage() {}
 
 func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[31]
+	mi := &file_kjob_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3065,7 @@ func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHeartbeat.ProtoReflect.Descriptor instead.
 func (*WorkerHeartbeat) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{31}
+	return file_kjob_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WorkerHeartbeat) GetWorker() *WorkerInfo {
@@ -2999,7 +3092,7 @@ type WorkerLeft struct {
 
 func (x *WorkerLeft) Reset() {
 	*x = WorkerLeft{}
-	mi := &file_kjob_proto_msgTypes[32]
+	mi := &file_kjob_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3011,7 +3104,7 @@ func (x *WorkerLeft) String() string {
 func (*WorkerLeft) ProtoMessage() {}
 
 func (x *WorkerLeft) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[32]
+	mi := &file_kjob_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3024,7 +3117,7 @@ func (x *WorkerLeft) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLeft.ProtoReflect.Descriptor instead.
 func (*WorkerLeft) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{32}
+	return file_kjob_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WorkerLeft) GetWorkerId() string {
@@ -3056,7 +3149,7 @@ type RouteEntry struct {
 
 func (x *RouteEntry) Reset() {
 	*x = RouteEntry{}
-	mi := &file_kjob_proto_msgTypes[33]
+	mi := &file_kjob_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3161,7 @@ func (x *RouteEntry) String() string {
 func (*RouteEntry) ProtoMessage() {}
 
 func (x *RouteEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[33]
+	mi := &file_kjob_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3174,7 @@ func (x *RouteEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEntry.ProtoReflect.Descriptor instead.
 func (*RouteEntry) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{33}
+	return file_kjob_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RouteEntry) GetShard() string {
@@ -3143,7 +3236,7 @@ type AppWorkers struct {
 
 func (x *AppWorkers) Reset() {
 	*x = AppWorkers{}
-	mi := &file_kjob_proto_msgTypes[34]
+	mi := &file_kjob_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3248,7 @@ func (x *AppWorkers) String() string {
 func (*AppWorkers) ProtoMessage() {}
 
 func (x *AppWorkers) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[34]
+	mi := &file_kjob_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3261,7 @@ func (x *AppWorkers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppWorkers.ProtoReflect.Descriptor instead.
 func (*AppWorkers) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{34}
+	return file_kjob_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AppWorkers) GetApp() string {
@@ -3199,7 +3292,7 @@ type RouteTable struct {
 
 func (x *RouteTable) Reset() {
 	*x = RouteTable{}
-	mi := &file_kjob_proto_msgTypes[35]
+	mi := &file_kjob_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3211,7 +3304,7 @@ func (x *RouteTable) String() string {
 func (*RouteTable) ProtoMessage() {}
 
 func (x *RouteTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[35]
+	mi := &file_kjob_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3224,7 +3317,7 @@ func (x *RouteTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteTable.ProtoReflect.Descriptor instead.
 func (*RouteTable) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{35}
+	return file_kjob_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RouteTable) GetVersion() int64 {
@@ -3280,7 +3373,7 @@ type GetRoutes struct {
 
 func (x *GetRoutes) Reset() {
 	*x = GetRoutes{}
-	mi := &file_kjob_proto_msgTypes[36]
+	mi := &file_kjob_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3292,7 +3385,7 @@ func (x *GetRoutes) String() string {
 func (*GetRoutes) ProtoMessage() {}
 
 func (x *GetRoutes) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[36]
+	mi := &file_kjob_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3305,7 +3398,7 @@ func (x *GetRoutes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoutes.ProtoReflect.Descriptor instead.
 func (*GetRoutes) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{36}
+	return file_kjob_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetRoutes) GetApp() string {
@@ -3339,7 +3432,7 @@ type Subscribe struct {
 
 func (x *Subscribe) Reset() {
 	*x = Subscribe{}
-	mi := &file_kjob_proto_msgTypes[37]
+	mi := &file_kjob_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3351,7 +3444,7 @@ func (x *Subscribe) String() string {
 func (*Subscribe) ProtoMessage() {}
 
 func (x *Subscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[37]
+	mi := &file_kjob_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3364,7 +3457,7 @@ func (x *Subscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribe.ProtoReflect.Descriptor instead.
 func (*Subscribe) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{37}
+	return file_kjob_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Subscribe) GetSubscriber() *Ref {
@@ -3396,7 +3489,7 @@ type AssignShard struct {
 
 func (x *AssignShard) Reset() {
 	*x = AssignShard{}
-	mi := &file_kjob_proto_msgTypes[38]
+	mi := &file_kjob_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3408,7 +3501,7 @@ func (x *AssignShard) String() string {
 func (*AssignShard) ProtoMessage() {}
 
 func (x *AssignShard) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[38]
+	mi := &file_kjob_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3421,7 +3514,7 @@ func (x *AssignShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignShard.ProtoReflect.Descriptor instead.
 func (*AssignShard) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{38}
+	return file_kjob_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AssignShard) GetShard() string {
@@ -3460,7 +3553,7 @@ type MoveShard struct {
 
 func (x *MoveShard) Reset() {
 	*x = MoveShard{}
-	mi := &file_kjob_proto_msgTypes[39]
+	mi := &file_kjob_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3472,7 +3565,7 @@ func (x *MoveShard) String() string {
 func (*MoveShard) ProtoMessage() {}
 
 func (x *MoveShard) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[39]
+	mi := &file_kjob_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3485,7 +3578,7 @@ func (x *MoveShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShard.ProtoReflect.Descriptor instead.
 func (*MoveShard) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{39}
+	return file_kjob_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MoveShard) GetShard() string {
@@ -3528,7 +3621,7 @@ type ImportShard struct {
 
 func (x *ImportShard) Reset() {
 	*x = ImportShard{}
-	mi := &file_kjob_proto_msgTypes[40]
+	mi := &file_kjob_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3633,7 @@ func (x *ImportShard) String() string {
 func (*ImportShard) ProtoMessage() {}
 
 func (x *ImportShard) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[40]
+	mi := &file_kjob_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3646,7 @@ func (x *ImportShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportShard.ProtoReflect.Descriptor instead.
 func (*ImportShard) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{40}
+	return file_kjob_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ImportShard) GetShard() string {
@@ -3587,7 +3680,7 @@ type ImportShardReply struct {
 
 func (x *ImportShardReply) Reset() {
 	*x = ImportShardReply{}
-	mi := &file_kjob_proto_msgTypes[41]
+	mi := &file_kjob_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3599,7 +3692,7 @@ func (x *ImportShardReply) String() string {
 func (*ImportShardReply) ProtoMessage() {}
 
 func (x *ImportShardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[41]
+	mi := &file_kjob_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3612,7 +3705,7 @@ func (x *ImportShardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportShardReply.ProtoReflect.Descriptor instead.
 func (*ImportShardReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{41}
+	return file_kjob_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ImportShardReply) GetError() *Error {
@@ -3640,7 +3733,7 @@ type ShardOpened struct {
 
 func (x *ShardOpened) Reset() {
 	*x = ShardOpened{}
-	mi := &file_kjob_proto_msgTypes[42]
+	mi := &file_kjob_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +3745,7 @@ func (x *ShardOpened) String() string {
 func (*ShardOpened) ProtoMessage() {}
 
 func (x *ShardOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[42]
+	mi := &file_kjob_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +3758,7 @@ func (x *ShardOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOpened.ProtoReflect.Descriptor instead.
 func (*ShardOpened) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{42}
+	return file_kjob_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ShardOpened) GetServerId() string {
@@ -3699,7 +3792,7 @@ type LeaseNode struct {
 
 func (x *LeaseNode) Reset() {
 	*x = LeaseNode{}
-	mi := &file_kjob_proto_msgTypes[43]
+	mi := &file_kjob_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +3804,7 @@ func (x *LeaseNode) String() string {
 func (*LeaseNode) ProtoMessage() {}
 
 func (x *LeaseNode) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[43]
+	mi := &file_kjob_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +3817,7 @@ func (x *LeaseNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseNode.ProtoReflect.Descriptor instead.
 func (*LeaseNode) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{43}
+	return file_kjob_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *LeaseNode) GetHolder() string {
@@ -3752,7 +3845,7 @@ type LeaseNodeReply struct {
 
 func (x *LeaseNodeReply) Reset() {
 	*x = LeaseNodeReply{}
-	mi := &file_kjob_proto_msgTypes[44]
+	mi := &file_kjob_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3764,7 +3857,7 @@ func (x *LeaseNodeReply) String() string {
 func (*LeaseNodeReply) ProtoMessage() {}
 
 func (x *LeaseNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[44]
+	mi := &file_kjob_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3777,7 +3870,7 @@ func (x *LeaseNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseNodeReply.ProtoReflect.Descriptor instead.
 func (*LeaseNodeReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{44}
+	return file_kjob_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *LeaseNodeReply) GetError() *Error {
@@ -3809,7 +3902,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_kjob_proto_msgTypes[45]
+	mi := &file_kjob_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3821,7 +3914,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[45]
+	mi := &file_kjob_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3834,7 +3927,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{45}
+	return file_kjob_proto_rawDescGZIP(), []int{47}
 }
 
 type ServerStatus struct {
@@ -3851,7 +3944,7 @@ type ServerStatus struct {
 
 func (x *ServerStatus) Reset() {
 	*x = ServerStatus{}
-	mi := &file_kjob_proto_msgTypes[46]
+	mi := &file_kjob_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3863,7 +3956,7 @@ func (x *ServerStatus) String() string {
 func (*ServerStatus) ProtoMessage() {}
 
 func (x *ServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[46]
+	mi := &file_kjob_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3876,7 +3969,7 @@ func (x *ServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerStatus.ProtoReflect.Descriptor instead.
 func (*ServerStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{46}
+	return file_kjob_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ServerStatus) GetServerId() string {
@@ -3934,7 +4027,7 @@ type MoveStatus struct {
 
 func (x *MoveStatus) Reset() {
 	*x = MoveStatus{}
-	mi := &file_kjob_proto_msgTypes[47]
+	mi := &file_kjob_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3946,7 +4039,7 @@ func (x *MoveStatus) String() string {
 func (*MoveStatus) ProtoMessage() {}
 
 func (x *MoveStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[47]
+	mi := &file_kjob_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3959,7 +4052,7 @@ func (x *MoveStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveStatus.ProtoReflect.Descriptor instead.
 func (*MoveStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{47}
+	return file_kjob_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MoveStatus) GetShard() string {
@@ -4008,7 +4101,7 @@ type AppStatus struct {
 
 func (x *AppStatus) Reset() {
 	*x = AppStatus{}
-	mi := &file_kjob_proto_msgTypes[48]
+	mi := &file_kjob_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4020,7 +4113,7 @@ func (x *AppStatus) String() string {
 func (*AppStatus) ProtoMessage() {}
 
 func (x *AppStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[48]
+	mi := &file_kjob_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4033,7 +4126,7 @@ func (x *AppStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppStatus.ProtoReflect.Descriptor instead.
 func (*AppStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{48}
+	return file_kjob_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AppStatus) GetApp() string {
@@ -4072,7 +4165,7 @@ type ClusterStatusReply struct {
 
 func (x *ClusterStatusReply) Reset() {
 	*x = ClusterStatusReply{}
-	mi := &file_kjob_proto_msgTypes[49]
+	mi := &file_kjob_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4084,7 +4177,7 @@ func (x *ClusterStatusReply) String() string {
 func (*ClusterStatusReply) ProtoMessage() {}
 
 func (x *ClusterStatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[49]
+	mi := &file_kjob_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4097,7 +4190,7 @@ func (x *ClusterStatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusReply.ProtoReflect.Descriptor instead.
 func (*ClusterStatusReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{49}
+	return file_kjob_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ClusterStatusReply) GetError() *Error {
@@ -4157,7 +4250,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_kjob_proto_msgTypes[50]
+	mi := &file_kjob_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4169,7 +4262,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[50]
+	mi := &file_kjob_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4182,7 +4275,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{50}
+	return file_kjob_proto_rawDescGZIP(), []int{52}
 }
 
 type Pong struct {
@@ -4195,7 +4288,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_kjob_proto_msgTypes[51]
+	mi := &file_kjob_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4207,7 +4300,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[51]
+	mi := &file_kjob_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4220,7 +4313,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{51}
+	return file_kjob_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Pong) GetServerId() string {
@@ -4249,7 +4342,7 @@ type ShardMeta struct {
 
 func (x *ShardMeta) Reset() {
 	*x = ShardMeta{}
-	mi := &file_kjob_proto_msgTypes[52]
+	mi := &file_kjob_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4261,7 +4354,7 @@ func (x *ShardMeta) String() string {
 func (*ShardMeta) ProtoMessage() {}
 
 func (x *ShardMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[52]
+	mi := &file_kjob_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4274,7 +4367,7 @@ func (x *ShardMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMeta.ProtoReflect.Descriptor instead.
 func (*ShardMeta) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{52}
+	return file_kjob_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ShardMeta) GetShard() string {
@@ -4317,7 +4410,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_kjob_proto_msgTypes[53]
+	mi := &file_kjob_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4329,7 +4422,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[53]
+	mi := &file_kjob_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4342,7 +4435,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{53}
+	return file_kjob_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *JobRef) GetId() int64 {
@@ -4402,7 +4495,7 @@ type RunState struct {
 
 func (x *RunState) Reset() {
 	*x = RunState{}
-	mi := &file_kjob_proto_msgTypes[54]
+	mi := &file_kjob_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4414,7 +4507,7 @@ func (x *RunState) String() string {
 func (*RunState) ProtoMessage() {}
 
 func (x *RunState) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[54]
+	mi := &file_kjob_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4427,7 +4520,7 @@ func (x *RunState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunState.ProtoReflect.Descriptor instead.
 func (*RunState) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{54}
+	return file_kjob_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RunState) GetRunId() string {
@@ -4579,7 +4672,7 @@ type ShardSnapshot struct {
 
 func (x *ShardSnapshot) Reset() {
 	*x = ShardSnapshot{}
-	mi := &file_kjob_proto_msgTypes[55]
+	mi := &file_kjob_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4591,7 +4684,7 @@ func (x *ShardSnapshot) String() string {
 func (*ShardSnapshot) ProtoMessage() {}
 
 func (x *ShardSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[55]
+	mi := &file_kjob_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4604,7 +4697,7 @@ func (x *ShardSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardSnapshot.ProtoReflect.Descriptor instead.
 func (*ShardSnapshot) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{55}
+	return file_kjob_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ShardSnapshot) GetMeta() *ShardMeta {
@@ -4675,7 +4768,7 @@ type RequestSeen struct {
 
 func (x *RequestSeen) Reset() {
 	*x = RequestSeen{}
-	mi := &file_kjob_proto_msgTypes[56]
+	mi := &file_kjob_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4687,7 +4780,7 @@ func (x *RequestSeen) String() string {
 func (*RequestSeen) ProtoMessage() {}
 
 func (x *RequestSeen) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[56]
+	mi := &file_kjob_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4700,7 +4793,7 @@ func (x *RequestSeen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestSeen.ProtoReflect.Descriptor instead.
 func (*RequestSeen) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{56}
+	return file_kjob_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RequestSeen) GetRequestId() int64 {
@@ -4829,7 +4922,12 @@ const file_kjob_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\"P\n" +
 	"\bJobReply\x12$\n" +
 	"\x05error\x18\x01 \x01(\v2\x0e.kjob.v1.ErrorR\x05error\x12\x1e\n" +
-	"\x03job\x18\x02 \x01(\v2\f.kjob.v1.JobR\x03job\"{\n" +
+	"\x03job\x18\x02 \x01(\v2\f.kjob.v1.JobR\x03job\"4\n" +
+	"\n" +
+	"CreateJobs\x12&\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x12.kjob.v1.CreateJobR\x04jobs\">\n" +
+	"\x0fCreateJobsReply\x12+\n" +
+	"\areplies\x18\x01 \x03(\v2\x11.kjob.v1.JobReplyR\areplies\"{\n" +
 	"\rListJobsReply\x12$\n" +
 	"\x05error\x18\x01 \x01(\v2\x0e.kjob.v1.ErrorR\x05error\x12 \n" +
 	"\x04jobs\x18\x02 \x03(\v2\f.kjob.v1.JobR\x04jobs\x12\"\n" +
@@ -5190,7 +5288,7 @@ func file_kjob_proto_rawDescGZIP() []byte {
 }
 
 var file_kjob_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_kjob_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_kjob_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_kjob_proto_goTypes = []any{
 	(Code)(0),                  // 0: kjob.v1.Code
 	(ScheduleKind)(0),          // 1: kjob.v1.ScheduleKind
@@ -5215,48 +5313,50 @@ var file_kjob_proto_goTypes = []any{
 	(*ListJobs)(nil),           // 20: kjob.v1.ListJobs
 	(*GetRuns)(nil),            // 21: kjob.v1.GetRuns
 	(*JobReply)(nil),           // 22: kjob.v1.JobReply
-	(*ListJobsReply)(nil),      // 23: kjob.v1.ListJobsReply
-	(*RunsReply)(nil),          // 24: kjob.v1.RunsReply
-	(*RunRecord)(nil),          // 25: kjob.v1.RunRecord
-	(*DeadLetter)(nil),         // 26: kjob.v1.DeadLetter
-	(*ListDeadLetters)(nil),    // 27: kjob.v1.ListDeadLetters
-	(*DeadLettersReply)(nil),   // 28: kjob.v1.DeadLettersReply
-	(*GetDeadLetter)(nil),      // 29: kjob.v1.GetDeadLetter
-	(*ReplayDeadLetter)(nil),   // 30: kjob.v1.ReplayDeadLetter
-	(*PurgeDeadLetters)(nil),   // 31: kjob.v1.PurgeDeadLetters
-	(*DeadLetterReply)(nil),    // 32: kjob.v1.DeadLetterReply
-	(*Dispatch)(nil),           // 33: kjob.v1.Dispatch
-	(*RunResult)(nil),          // 34: kjob.v1.RunResult
-	(*ResultAck)(nil),          // 35: kjob.v1.ResultAck
-	(*ShardLoad)(nil),          // 36: kjob.v1.ShardLoad
-	(*ServerHeartbeat)(nil),    // 37: kjob.v1.ServerHeartbeat
-	(*WorkerInfo)(nil),         // 38: kjob.v1.WorkerInfo
-	(*WorkerHeartbeat)(nil),    // 39: kjob.v1.WorkerHeartbeat
-	(*WorkerLeft)(nil),         // 40: kjob.v1.WorkerLeft
-	(*RouteEntry)(nil),         // 41: kjob.v1.RouteEntry
-	(*AppWorkers)(nil),         // 42: kjob.v1.AppWorkers
-	(*RouteTable)(nil),         // 43: kjob.v1.RouteTable
-	(*GetRoutes)(nil),          // 44: kjob.v1.GetRoutes
-	(*Subscribe)(nil),          // 45: kjob.v1.Subscribe
-	(*AssignShard)(nil),        // 46: kjob.v1.AssignShard
-	(*MoveShard)(nil),          // 47: kjob.v1.MoveShard
-	(*ImportShard)(nil),        // 48: kjob.v1.ImportShard
-	(*ImportShardReply)(nil),   // 49: kjob.v1.ImportShardReply
-	(*ShardOpened)(nil),        // 50: kjob.v1.ShardOpened
-	(*LeaseNode)(nil),          // 51: kjob.v1.LeaseNode
-	(*LeaseNodeReply)(nil),     // 52: kjob.v1.LeaseNodeReply
-	(*ClusterStatus)(nil),      // 53: kjob.v1.ClusterStatus
-	(*ServerStatus)(nil),       // 54: kjob.v1.ServerStatus
-	(*MoveStatus)(nil),         // 55: kjob.v1.MoveStatus
-	(*AppStatus)(nil),          // 56: kjob.v1.AppStatus
-	(*ClusterStatusReply)(nil), // 57: kjob.v1.ClusterStatusReply
-	(*Ping)(nil),               // 58: kjob.v1.Ping
-	(*Pong)(nil),               // 59: kjob.v1.Pong
-	(*ShardMeta)(nil),          // 60: kjob.v1.ShardMeta
-	(*JobRef)(nil),             // 61: kjob.v1.JobRef
-	(*RunState)(nil),           // 62: kjob.v1.RunState
-	(*ShardSnapshot)(nil),      // 63: kjob.v1.ShardSnapshot
-	(*RequestSeen)(nil),        // 64: kjob.v1.RequestSeen
+	(*CreateJobs)(nil),         // 23: kjob.v1.CreateJobs
+	(*CreateJobsReply)(nil),    // 24: kjob.v1.CreateJobsReply
+	(*ListJobsReply)(nil),      // 25: kjob.v1.ListJobsReply
+	(*RunsReply)(nil),          // 26: kjob.v1.RunsReply
+	(*RunRecord)(nil),          // 27: kjob.v1.RunRecord
+	(*DeadLetter)(nil),         // 28: kjob.v1.DeadLetter
+	(*ListDeadLetters)(nil),    // 29: kjob.v1.ListDeadLetters
+	(*DeadLettersReply)(nil),   // 30: kjob.v1.DeadLettersReply
+	(*GetDeadLetter)(nil),      // 31: kjob.v1.GetDeadLetter
+	(*ReplayDeadLetter)(nil),   // 32: kjob.v1.ReplayDeadLetter
+	(*PurgeDeadLetters)(nil),   // 33: kjob.v1.PurgeDeadLetters
+	(*DeadLetterReply)(nil),    // 34: kjob.v1.DeadLetterReply
+	(*Dispatch)(nil),           // 35: kjob.v1.Dispatch
+	(*RunResult)(nil),          // 36: kjob.v1.RunResult
+	(*ResultAck)(nil),          // 37: kjob.v1.ResultAck
+	(*ShardLoad)(nil),          // 38: kjob.v1.ShardLoad
+	(*ServerHeartbeat)(nil),    // 39: kjob.v1.ServerHeartbeat
+	(*WorkerInfo)(nil),         // 40: kjob.v1.WorkerInfo
+	(*WorkerHeartbeat)(nil),    // 41: kjob.v1.WorkerHeartbeat
+	(*WorkerLeft)(nil),         // 42: kjob.v1.WorkerLeft
+	(*RouteEntry)(nil),         // 43: kjob.v1.RouteEntry
+	(*AppWorkers)(nil),         // 44: kjob.v1.AppWorkers
+	(*RouteTable)(nil),         // 45: kjob.v1.RouteTable
+	(*GetRoutes)(nil),          // 46: kjob.v1.GetRoutes
+	(*Subscribe)(nil),          // 47: kjob.v1.Subscribe
+	(*AssignShard)(nil),        // 48: kjob.v1.AssignShard
+	(*MoveShard)(nil),          // 49: kjob.v1.MoveShard
+	(*ImportShard)(nil),        // 50: kjob.v1.ImportShard
+	(*ImportShardReply)(nil),   // 51: kjob.v1.ImportShardReply
+	(*ShardOpened)(nil),        // 52: kjob.v1.ShardOpened
+	(*LeaseNode)(nil),          // 53: kjob.v1.LeaseNode
+	(*LeaseNodeReply)(nil),     // 54: kjob.v1.LeaseNodeReply
+	(*ClusterStatus)(nil),      // 55: kjob.v1.ClusterStatus
+	(*ServerStatus)(nil),       // 56: kjob.v1.ServerStatus
+	(*MoveStatus)(nil),         // 57: kjob.v1.MoveStatus
+	(*AppStatus)(nil),          // 58: kjob.v1.AppStatus
+	(*ClusterStatusReply)(nil), // 59: kjob.v1.ClusterStatusReply
+	(*Ping)(nil),               // 60: kjob.v1.Ping
+	(*Pong)(nil),               // 61: kjob.v1.Pong
+	(*ShardMeta)(nil),          // 62: kjob.v1.ShardMeta
+	(*JobRef)(nil),             // 63: kjob.v1.JobRef
+	(*RunState)(nil),           // 64: kjob.v1.RunState
+	(*ShardSnapshot)(nil),      // 65: kjob.v1.ShardSnapshot
+	(*RequestSeen)(nil),        // 66: kjob.v1.RequestSeen
 }
 var file_kjob_proto_depIdxs = []int32{
 	0,  // 0: kjob.v1.Error.code:type_name -> kjob.v1.Code
@@ -5273,55 +5373,57 @@ var file_kjob_proto_depIdxs = []int32{
 	5,  // 11: kjob.v1.ListJobs.state:type_name -> kjob.v1.JobState
 	8,  // 12: kjob.v1.JobReply.error:type_name -> kjob.v1.Error
 	12, // 13: kjob.v1.JobReply.job:type_name -> kjob.v1.Job
-	8,  // 14: kjob.v1.ListJobsReply.error:type_name -> kjob.v1.Error
-	12, // 15: kjob.v1.ListJobsReply.jobs:type_name -> kjob.v1.Job
-	8,  // 16: kjob.v1.RunsReply.error:type_name -> kjob.v1.Error
-	25, // 17: kjob.v1.RunsReply.runs:type_name -> kjob.v1.RunRecord
-	6,  // 18: kjob.v1.RunRecord.outcome:type_name -> kjob.v1.Outcome
-	8,  // 19: kjob.v1.DeadLettersReply.error:type_name -> kjob.v1.Error
-	26, // 20: kjob.v1.DeadLettersReply.letters:type_name -> kjob.v1.DeadLetter
-	8,  // 21: kjob.v1.DeadLetterReply.error:type_name -> kjob.v1.Error
-	26, // 22: kjob.v1.DeadLetterReply.letter:type_name -> kjob.v1.DeadLetter
-	9,  // 23: kjob.v1.Dispatch.reply_to:type_name -> kjob.v1.Ref
-	6,  // 24: kjob.v1.RunResult.outcome:type_name -> kjob.v1.Outcome
-	9,  // 25: kjob.v1.RunResult.worker:type_name -> kjob.v1.Ref
-	9,  // 26: kjob.v1.ShardLoad.pid:type_name -> kjob.v1.Ref
-	9,  // 27: kjob.v1.ServerHeartbeat.server:type_name -> kjob.v1.Ref
-	36, // 28: kjob.v1.ServerHeartbeat.shards:type_name -> kjob.v1.ShardLoad
-	41, // 29: kjob.v1.ServerHeartbeat.known:type_name -> kjob.v1.RouteEntry
-	9,  // 30: kjob.v1.WorkerInfo.ref:type_name -> kjob.v1.Ref
-	38, // 31: kjob.v1.WorkerHeartbeat.worker:type_name -> kjob.v1.WorkerInfo
-	9,  // 32: kjob.v1.RouteEntry.owner:type_name -> kjob.v1.Ref
-	38, // 33: kjob.v1.AppWorkers.workers:type_name -> kjob.v1.WorkerInfo
-	41, // 34: kjob.v1.RouteTable.routes:type_name -> kjob.v1.RouteEntry
-	42, // 35: kjob.v1.RouteTable.apps:type_name -> kjob.v1.AppWorkers
-	8,  // 36: kjob.v1.RouteTable.error:type_name -> kjob.v1.Error
-	9,  // 37: kjob.v1.RouteTable.nameserver:type_name -> kjob.v1.Ref
-	9,  // 38: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
-	9,  // 39: kjob.v1.AssignShard.nameserver:type_name -> kjob.v1.Ref
-	9,  // 40: kjob.v1.MoveShard.target:type_name -> kjob.v1.Ref
-	8,  // 41: kjob.v1.ImportShardReply.error:type_name -> kjob.v1.Error
-	36, // 42: kjob.v1.ImportShardReply.shard:type_name -> kjob.v1.ShardLoad
-	36, // 43: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
-	8,  // 44: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
-	8,  // 45: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
-	36, // 46: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
-	8,  // 47: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
-	54, // 48: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
-	56, // 49: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
-	55, // 50: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
-	9,  // 51: kjob.v1.ShardMeta.target:type_name -> kjob.v1.Ref
-	60, // 52: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
-	12, // 53: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
-	62, // 54: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
-	26, // 55: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
-	25, // 56: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
-	64, // 57: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
-	58, // [58:58] is the sub-list for method output_type
-	58, // [58:58] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	13, // 14: kjob.v1.CreateJobs.jobs:type_name -> kjob.v1.CreateJob
+	22, // 15: kjob.v1.CreateJobsReply.replies:type_name -> kjob.v1.JobReply
+	8,  // 16: kjob.v1.ListJobsReply.error:type_name -> kjob.v1.Error
+	12, // 17: kjob.v1.ListJobsReply.jobs:type_name -> kjob.v1.Job
+	8,  // 18: kjob.v1.RunsReply.error:type_name -> kjob.v1.Error
+	27, // 19: kjob.v1.RunsReply.runs:type_name -> kjob.v1.RunRecord
+	6,  // 20: kjob.v1.RunRecord.outcome:type_name -> kjob.v1.Outcome
+	8,  // 21: kjob.v1.DeadLettersReply.error:type_name -> kjob.v1.Error
+	28, // 22: kjob.v1.DeadLettersReply.letters:type_name -> kjob.v1.DeadLetter
+	8,  // 23: kjob.v1.DeadLetterReply.error:type_name -> kjob.v1.Error
+	28, // 24: kjob.v1.DeadLetterReply.letter:type_name -> kjob.v1.DeadLetter
+	9,  // 25: kjob.v1.Dispatch.reply_to:type_name -> kjob.v1.Ref
+	6,  // 26: kjob.v1.RunResult.outcome:type_name -> kjob.v1.Outcome
+	9,  // 27: kjob.v1.RunResult.worker:type_name -> kjob.v1.Ref
+	9,  // 28: kjob.v1.ShardLoad.pid:type_name -> kjob.v1.Ref
+	9,  // 29: kjob.v1.ServerHeartbeat.server:type_name -> kjob.v1.Ref
+	38, // 30: kjob.v1.ServerHeartbeat.shards:type_name -> kjob.v1.ShardLoad
+	43, // 31: kjob.v1.ServerHeartbeat.known:type_name -> kjob.v1.RouteEntry
+	9,  // 32: kjob.v1.WorkerInfo.ref:type_name -> kjob.v1.Ref
+	40, // 33: kjob.v1.WorkerHeartbeat.worker:type_name -> kjob.v1.WorkerInfo
+	9,  // 34: kjob.v1.RouteEntry.owner:type_name -> kjob.v1.Ref
+	40, // 35: kjob.v1.AppWorkers.workers:type_name -> kjob.v1.WorkerInfo
+	43, // 36: kjob.v1.RouteTable.routes:type_name -> kjob.v1.RouteEntry
+	44, // 37: kjob.v1.RouteTable.apps:type_name -> kjob.v1.AppWorkers
+	8,  // 38: kjob.v1.RouteTable.error:type_name -> kjob.v1.Error
+	9,  // 39: kjob.v1.RouteTable.nameserver:type_name -> kjob.v1.Ref
+	9,  // 40: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
+	9,  // 41: kjob.v1.AssignShard.nameserver:type_name -> kjob.v1.Ref
+	9,  // 42: kjob.v1.MoveShard.target:type_name -> kjob.v1.Ref
+	8,  // 43: kjob.v1.ImportShardReply.error:type_name -> kjob.v1.Error
+	38, // 44: kjob.v1.ImportShardReply.shard:type_name -> kjob.v1.ShardLoad
+	38, // 45: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
+	8,  // 46: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
+	8,  // 47: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
+	38, // 48: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
+	8,  // 49: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
+	56, // 50: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
+	58, // 51: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
+	57, // 52: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
+	9,  // 53: kjob.v1.ShardMeta.target:type_name -> kjob.v1.Ref
+	62, // 54: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
+	12, // 55: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
+	64, // 56: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
+	28, // 57: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
+	27, // 58: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
+	66, // 59: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
+	60, // [60:60] is the sub-list for method output_type
+	60, // [60:60] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_kjob_proto_init() }
@@ -5335,7 +5437,7 @@ func file_kjob_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kjob_proto_rawDesc), len(file_kjob_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   57,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

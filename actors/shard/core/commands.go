@@ -31,12 +31,32 @@ func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env)
 		c.flush(env)
 		return
 	}
+	if b, ok := m.(*messages.CreateJobs); ok {
+		// Each create as if it came alone; one reply, behind all their records.
+		out := &messages.CreateJobsReply{Replies: make([]*messages.JobReply, len(b.Jobs))}
+		for i, x := range b.Jobs {
+			if x == nil {
+				out.Replies[i] = &messages.JobReply{Error: kerr.Invalid("jobs", "create %d of the batch is empty", i)}
+				continue
+			}
+			out.Replies[i] = c.command(x, nowMs).(*messages.JobReply)
+		}
+		c.send(from, out)
+		c.flush(env)
+		return
+	}
 	c.send(from, c.command(m, nowMs))
 	c.flush(env)
 }
 
 func errorReply(m proto.Message, e *messages.Error) proto.Message {
-	switch m.(type) {
+	switch x := m.(type) {
+	case *messages.CreateJobs:
+		out := &messages.CreateJobsReply{Replies: make([]*messages.JobReply, len(x.Jobs))}
+		for i := range out.Replies {
+			out.Replies[i] = &messages.JobReply{Error: e}
+		}
+		return out
 	case *messages.ListJobs:
 		return &messages.ListJobsReply{Error: e}
 	case *messages.GetRuns:
@@ -271,6 +291,9 @@ func (c *Core) create(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 	}
 	c.compiled = compiledFor{sched: j.Schedule, createdMs: nowMs, sc: sc} // apply takes it instead of compiling again
 	c.emit(messages.RecordType_JOB_PUT, j)
+	if c.jobs[in.Id] == nil { // kept compact: j is the reply's own
+		return j, nil
+	}
 	return c.reply(in.Id), nil
 }
 

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -219,5 +220,53 @@ func TestRefusedDispatchIsNotAnAttempt(t *testing.T) {
 	s := e.take()
 	if len(s) != 1 || s[0].m.(*messages.Dispatch).Attempt != 1 {
 		t.Fatalf("after a refusal sent %v, want the same attempt again", s)
+	}
+}
+
+// A batch of creates is applied as the same creates one by one would be, and
+// answered once, in order, when all of them are durable.
+func TestCreateBatch(t *testing.T) {
+	c, e := newCore(1000)
+	a, ae := newCore(1000)
+	jobs := []*messages.CreateJob{
+		{Job: onceJob(1, 50), RequestId: 11},
+		{Job: &messages.Job{Id: 2, App: "app", Handler: ""}, RequestId: 12}, // invalid: no handler
+		{Job: onceJob(3, 70), RequestId: 13},
+		{Job: onceJob(1, 50), RequestId: 11}, // the same request again
+		{Job: &messages.Job{Id: 1, App: "app", Handler: "other", Schedule: onceJob(1, 5).Schedule}, RequestId: 14}, // exists, differs
+	}
+	c.Handle(1000, client, &messages.CreateJobs{Jobs: jobs}, e)
+	if len(e.sent) != 0 {
+		t.Fatalf("batch reply sent before its records were durable: %v", e.sent)
+	}
+	c.Durable(e.lsn, nil, e)
+	s := e.take()
+	if len(s) != 1 {
+		t.Fatalf("%d messages after the batch, want one reply", len(s))
+	}
+	rep := s[0].m.(*messages.CreateJobsReply)
+	if len(rep.Replies) != len(jobs) {
+		t.Fatalf("%d replies to %d creates", len(rep.Replies), len(jobs))
+	}
+	for i, x := range jobs {
+		a.Handle(1000, client, proto.Clone(x), ae)
+		a.Durable(ae.lsn, nil, ae)
+		one := ae.take()
+		if len(one) != 1 || !proto.Equal(one[0].m, rep.Replies[i]) {
+			t.Errorf("create %d: batch reply %v, alone %v", i, rep.Replies[i], one)
+		}
+	}
+	if rep.Replies[1].Error.GetField() != "handler" || rep.Replies[4].Error.GetCode() != messages.Code_ALREADY_EXISTS {
+		t.Errorf("errors: %v / %v", rep.Replies[1].Error, rep.Replies[4].Error)
+	}
+	if !bytes.Equal(c.Snapshot(), a.Snapshot()) {
+		t.Error("a batch left another state than the same creates alone")
+	}
+	c.Freeze(&messages.Error{Code: messages.Code_NOT_OWNER, Message: "moving"})
+	c.Handle(1000, client, &messages.CreateJobs{Jobs: jobs[:2]}, e)
+	c.Durable(e.lsn, nil, e)
+	if s := e.take(); len(s) != 1 || len(s[0].m.(*messages.CreateJobsReply).Replies) != 2 ||
+		s[0].m.(*messages.CreateJobsReply).Replies[1].Error.GetCode() != messages.Code_NOT_OWNER {
+		t.Fatalf("frozen shard's answer to a batch: %v", s)
 	}
 }

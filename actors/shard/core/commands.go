@@ -402,11 +402,11 @@ func (c *Core) list(x *messages.ListJobs) proto.Message {
 		ids = append(ids, id)
 	}
 	if x.State == messages.JobState_JOB_STATE_UNSPECIFIED || x.State == messages.JobState_ACTIVE { // every compact job is ACTIVE
-		for id, ref := range c.cold.idx {
-			if id > x.AfterId && (x.Handler == "" || c.cold.handlers[c.cold.at(ref).handler] == x.Handler) {
-				ids = append(ids, id)
+		c.cold.each(func(cj *coldJob) {
+			if cj.id > x.AfterId && (x.Handler == "" || c.cold.handlers[cj.handler] == x.Handler) {
+				ids = append(ids, cj.id)
 			}
-		}
+		})
 	}
 	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
 	out := &messages.ListJobsReply{}

@@ -13,18 +13,18 @@ import (
 // run, with the app's default policy and a few bytes of params ("remind about order
 // 42 in 15 minutes"). A full job (a *messages.Job, its *messages.Schedule, its
 // params, the job struct and its map entry: six heap objects, 550 bytes and more
-// with the fragmentation they leave) is ten times what such a job needs. So a job
+// with the fragmentation they leave) is seven times what such a job needs. So a job
 // that is exactly that — a one-shot, ACTIVE, with a due time, no run, no policy of
 // its own, params of at most coldParams bytes, no field this file does not know —
-// is kept as one coldJob: 80 bytes in a chunk of coldChunk slots that holds no
-// pointers (the garbage collector never scans it), found through a map from job id
-// to slot that holds no pointers either.
+// is kept as one coldJob: 72 bytes in a chunk of coldChunk slots that holds no
+// pointers (the garbage collector never scans it), found through an index of
+// about 7 bytes a job that holds none either (compactindex.go).
 //
 // A compact job is a representation, not a state: every reader sees the job it
 // stands for (coldMessage rebuilds it field for field, TestCompactRoundTrip keeps
 // it complete), and everything that changes a job first turns it back into a full
 // one (Core.job): a fire, a run or result, an update, pause, trigger. Only creating
-// a job (apply of a JOB_PUT for a job the shard does not hold) makes a compact one,
+// a job (apply of a JOB_PUT for a job the shard holds no full record of) makes one,
 // and only deleting it or making it full removes one. So a compact job has no run
 // history, no run in flight, no expiry and no compiled schedule, by construction.
 //
@@ -35,7 +35,7 @@ import (
 
 const (
 	coldParams = 28   // params bytes kept inline (the slot is then 72 bytes)
-	coldChunk  = 4096 // slots per chunk (320 KiB)
+	coldChunk  = 4096 // slots per chunk (288 KiB)
 
 	coldDelay = 1 << 0 // the schedule is a delay (next - created); else at_ms (= next)
 )
@@ -68,8 +68,7 @@ type coldChunkT struct {
 }
 
 type coldStore struct {
-	idx    map[int64]uint32 // job id → chunk<<12 | slot
-	peak   int              // largest len(idx) since idx was made (it never shrinks)
+	idx    coldIndex // job id → ref: chunk<<12 | slot (compactindex.go)
 	chunks []coldChunkT
 	avail  []int32 // chunks that may have a free slot (checked when used)
 	holes  []int32 // indices of dropped (empty) chunks, for reuse
@@ -87,7 +86,10 @@ var coldFieldsKnown = sync.OnceValue(func() bool {
 	return job.Len() == 15 && sch.Len() == 10 && len(jobExtra()) == 0
 })
 
-func (s *coldStore) len() int { return len(s.idx) }
+func (s *coldStore) len() int { return s.idx.n }
+
+// idOf is the id of the job at ref (the index keeps no keys of its own).
+func (s *coldStore) idOf(ref uint32) int64 { return s.at(ref).id }
 
 func (s *coldStore) at(ref uint32) *coldJob {
 	return &s.chunks[ref>>12].slots[ref&(coldChunk-1)]
@@ -105,16 +107,19 @@ func (s *coldStore) mut(ref uint32) *coldJob {
 }
 
 func (s *coldStore) get(id int64) (*coldJob, bool) {
-	ref, ok := s.idx[id]
+	ref, ok := s.idx.get(id, s.idOf)
 	if !ok {
 		return nil, false
 	}
 	return s.at(ref), true
 }
 
-// put stores cj (whose id the store does not hold).
-func (s *coldStore) put(cj coldJob) {
+// put stores cj (whose id the store does not hold), unless the store is full.
+func (s *coldStore) put(cj coldJob) bool {
 	ci := s.chunkWithRoom()
+	if ci < 0 {
+		return false
+	}
 	ch := &s.chunks[ci]
 	var slot int32
 	if ch.free != 0 {
@@ -127,11 +132,8 @@ func (s *coldStore) put(cj coldJob) {
 	ch.live++
 	ref := uint32(ci)<<12 | uint32(slot)
 	*s.mut(ref) = cj
-	if s.idx == nil {
-		s.idx = make(map[int64]uint32)
-	}
-	s.idx[cj.id] = ref
-	s.peak = max(s.peak, len(s.idx))
+	s.idx.insert(cj.id, ref, s.idOf)
+	return true
 }
 
 func (s *coldStore) chunkWithRoom() int32 {
@@ -147,6 +149,9 @@ func (s *coldStore) chunkWithRoom() int32 {
 		ci = s.holes[n-1]
 		s.holes = s.holes[:n-1]
 	} else {
+		if len(s.chunks) >= coldMaxChunks {
+			return -1
+		}
 		ci = int32(len(s.chunks))
 		s.chunks = append(s.chunks, coldChunkT{})
 	}
@@ -157,12 +162,12 @@ func (s *coldStore) chunkWithRoom() int32 {
 
 // take removes job id and returns what it was.
 func (s *coldStore) take(id int64) (coldJob, bool) {
-	ref, ok := s.idx[id]
+	ref, ok := s.idx.get(id, s.idOf)
 	if !ok {
 		return coldJob{}, false
 	}
 	cj := *s.at(ref)
-	delete(s.idx, id)
+	s.idx.remove(id, s.idOf) // before the slot is cleared: it reads the ids of others
 	ci, slot := int32(ref>>12), int32(ref&(coldChunk-1))
 	ch := &s.chunks[ci]
 	wasFull := ch.free == 0 && ch.high == coldChunk
@@ -176,13 +181,6 @@ func (s *coldStore) take(id int64) (coldJob, bool) {
 		if wasFull {
 			s.avail = append(s.avail, ci)
 		}
-	}
-	if s.peak > 4*coldChunk && len(s.idx) < s.peak/4 { // a Go map never shrinks: make a smaller one
-		idx := make(map[int64]uint32, len(s.idx))
-		for k, v := range s.idx {
-			idx[k] = v
-		}
-		s.idx, s.peak = idx, len(idx)
 	}
 	return cj, true
 }
@@ -259,7 +257,7 @@ type coldView struct {
 
 // view shares the chunks with a snapshot view (see the top of this file).
 func (s *coldStore) view() coldView {
-	v := coldView{handlers: s.handlers[:len(s.handlers):len(s.handlers)], n: len(s.idx)}
+	v := coldView{handlers: s.handlers[:len(s.handlers):len(s.handlers)], n: s.idx.n}
 	for i := range s.chunks {
 		if ch := &s.chunks[i]; ch.slots != nil {
 			ch.shared = true
@@ -267,6 +265,19 @@ func (s *coldStore) view() coldView {
 		}
 	}
 	return v
+}
+
+// each calls fn with every compact job (in slot order).
+func (s *coldStore) each(fn func(cj *coldJob)) {
+	for i := range s.chunks {
+		if ch := s.chunks[i].slots; ch != nil {
+			for k := range s.chunks[i].high {
+				if cj := &ch[k]; cj.id != 0 {
+					fn(cj)
+				}
+			}
+		}
+	}
 }
 
 // each calls fn with every job of the view (in slot order).
@@ -322,7 +333,7 @@ func (c *Core) has(id int64) bool {
 	if c.jobs[id] != nil {
 		return true
 	}
-	_, ok := c.cold.idx[id]
+	_, ok := c.cold.idx.get(id, c.cold.idOf)
 	return ok
 }
 
@@ -346,7 +357,10 @@ func (c *Core) putCold(jm *messages.Job) bool {
 		return false
 	}
 	cj.handle = c.due.Add(cj.next, uint64(cj.id))
-	c.cold.put(cj)
+	if !c.cold.put(cj) {
+		c.due.Cancel(cj.handle)
+		return false
+	}
 	return true
 }
 

@@ -814,11 +814,11 @@ func (c *Core) HandoffImports() []*messages.ImportShard {
 			nLo++
 		}
 	}
-	for id := range c.cold.idx {
-		if lo.ContainsJob(id) {
+	c.cold.each(func(cj *coldJob) {
+		if lo.ContainsJob(cj.id) {
 			nLo++
 		}
-	}
+	})
 	share := 0.5
 	if n := c.jobCount(); n > 0 {
 		share = float64(nLo) / float64(n)

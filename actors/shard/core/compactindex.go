@@ -1,0 +1,126 @@
+package core
+
+// coldIndex finds a compact job's slot by its id. A Go map from int64 to uint32
+// costs about 26 bytes an entry (16-byte slots at 7/8 load at most, and it never
+// shrinks); this table costs about 7: one uint32 a cell, open addressing with
+// linear probing at a load between 3/8 and 3/4, the key kept only in the slot the
+// cell names. Each cell also holds 7 bits of the id's hash, so a probe that passes
+// another id rarely reads that id's slot. The table is 256 parts by the hash's
+// top byte, each growing (and shrinking) on its own, so a resize rehashes 1/256 of
+// the jobs: a fraction of a millisecond at a million, not a stall of the shard.
+// Deletion shifts the cells behind back (no tombstones), so probes stay short
+// however many jobs come and go.
+const (
+	idxParts   = 256
+	idxRefBits = 25 // a cell: tag<<25 | ref+1
+	idxRefMask = 1<<idxRefBits - 1
+	// coldMaxChunks bounds the chunks so that every ref+1 fits idxRefBits: 33.5
+	// million compact jobs per shard (a job beyond them is kept full).
+	coldMaxChunks = (1<<idxRefBits - 1) / coldChunk
+)
+
+type coldIndex struct {
+	parts [idxParts]idxPart
+	n     int
+}
+
+type idxPart struct {
+	cells []uint32
+	n     int
+}
+
+func idxHash(id int64) uint64 { // murmur3's finalizer: snowflake ids differ in few bits
+	x := uint64(id)
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+func idxTag(h uint64) uint32 { return uint32(h>>49) & 0x7f }
+
+// find is the cell index of id in its part, or -1; idOf names the job a ref holds.
+func (x *coldIndex) find(id int64, idOf func(uint32) int64) (*idxPart, int, uint32) {
+	h := idxHash(id)
+	p := &x.parts[h>>56]
+	if len(p.cells) == 0 {
+		return p, -1, 0
+	}
+	mask := uint64(len(p.cells) - 1)
+	tag := idxTag(h)
+	for i := h & mask; ; i = (i + 1) & mask {
+		c := p.cells[i]
+		if c == 0 {
+			return p, -1, 0
+		}
+		if c>>idxRefBits == tag {
+			if ref := c&idxRefMask - 1; idOf(ref) == id {
+				return p, int(i), ref
+			}
+		}
+	}
+}
+
+func (x *coldIndex) get(id int64, idOf func(uint32) int64) (uint32, bool) {
+	_, i, ref := x.find(id, idOf)
+	return ref, i >= 0
+}
+
+// insert adds id (which the index does not hold) at ref; idOf must already know it.
+func (x *coldIndex) insert(id int64, ref uint32, idOf func(uint32) int64) {
+	h := idxHash(id)
+	p := &x.parts[h>>56]
+	if (p.n+1)*4 > len(p.cells)*3 {
+		p.resize(max(16, 2*len(p.cells)), idOf)
+	}
+	p.place(h, idxTag(h)<<idxRefBits|(ref+1))
+	p.n++
+	x.n++
+}
+
+func (p *idxPart) place(h uint64, cell uint32) {
+	mask := uint64(len(p.cells) - 1)
+	i := h & mask
+	for p.cells[i] != 0 {
+		i = (i + 1) & mask
+	}
+	p.cells[i] = cell
+}
+
+func (p *idxPart) resize(n int, idOf func(uint32) int64) {
+	old := p.cells
+	p.cells = make([]uint32, n)
+	for _, c := range old {
+		if c != 0 {
+			p.place(idxHash(idOf(c&idxRefMask-1)), c)
+		}
+	}
+}
+
+// remove drops id, if held.
+func (x *coldIndex) remove(id int64, idOf func(uint32) int64) bool {
+	p, i, _ := x.find(id, idOf)
+	if i < 0 {
+		return false
+	}
+	mask := len(p.cells) - 1
+	// Backward-shift deletion: a cell after the hole moves into it unless its home
+	// lies cyclically in (hole, cell].
+	for j := (i + 1) & mask; p.cells[j] != 0; j = (j + 1) & mask {
+		c := p.cells[j]
+		home := int(idxHash(idOf(c&idxRefMask-1))) & mask
+		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+			p.cells[i] = c
+			i = j
+		}
+	}
+	p.cells[i] = 0
+	p.n--
+	x.n--
+	if len(p.cells) > 16 && p.n*8 < len(p.cells) {
+		p.resize(len(p.cells)/2, idOf)
+	}
+	return true
+}

@@ -221,6 +221,7 @@ func New(cfg Config, nowMs int64, epoch int64) *Core {
 		dead:   make(map[string]*messages.DeadLetter),
 		runsOf: make(map[int64]int32),
 		expire: wheel.New(nowMs),
+		reqs:   reqWindow{deferring: true}, // until Open or Recovered (requests.go)
 		busy:   make(map[string]int),
 		rng:    rand.New(rand.NewPCG(cfg.Seed, uint64(route.HashString(cfg.Shard.String())))),
 		now:    nowMs,
@@ -303,6 +304,7 @@ func (c *Core) NextWake() (int64, bool) {
 // Open journals the shard's opening at its epoch (a new owner writes it first).
 func (c *Core) Open(env Env) {
 	c.live = true
+	c.reqs.settle()
 	c.emit(messages.RecordType_SHARD_OPENED, &messages.ShardMeta{Shard: c.cfg.Shard.String(), Epoch: c.epoch})
 	c.flush(env)
 }
@@ -448,6 +450,7 @@ func (c *Core) Replay(r persistence.Record) error {
 func (c *Core) Recovered(nowMs int64, durableLSN uint64, env Env) {
 	c.now = nowMs
 	c.live = true
+	c.reqs.settle()
 	c.appended, c.durable = durableLSN, durableLSN
 	if c.frozen != nil { // a closed (handed-off) shard must not fire (sim seed 3)
 		return

@@ -136,3 +136,40 @@ func TestRunIDKeepsDue(t *testing.T) {
 		t.Fatalf("dispatched runs %v, in flight %d; want two runs, both due 2000", ids, c.InFlight())
 	}
 }
+
+// A window that logged its adds during recovery and entered them when the shard went
+// live is the window the adds one by one leave: over more than 2×MaxRequestWindow
+// adds, with ids repeated a few at a time (a purge's records share one) and times
+// that step past RequestWindowMs.
+func TestRequestWindowDeferredMatches(t *testing.T) {
+	var exact reqWindow
+	deferred := reqWindow{deferring: true}
+	at := int64(1_000)
+	for i := int64(1); i <= 2*MaxRequestWindow+50_000; i++ {
+		id := i
+		if i%7 == 0 {
+			id = i - 1 // the previous add's id again
+		}
+		at += i % 3
+		if i == MaxRequestWindow+10 {
+			at += RequestWindowMs + 1 // everything before leaves by age
+		}
+		exact.add(id, i, at)
+		deferred.add(id, i, at)
+	}
+	if len(deferred.seen) != 0 || len(deferred.deferred) > 2*MaxRequestWindow {
+		t.Fatalf("deferring: %d entered, %d logged", len(deferred.seen), len(deferred.deferred))
+	}
+	a, b := exact.entries(), deferred.entries()
+	if len(a) != len(b) || len(a) == 0 {
+		t.Fatalf("%d entries exact, %d deferred", len(a), len(b))
+	}
+	for i := range a {
+		if !proto.Equal(a[i], b[i]) {
+			t.Fatalf("entry %d: exact %v, deferred %v", i, a[i], b[i])
+		}
+	}
+	if _, ok := deferred.has(2*MaxRequestWindow + 50_000); !ok || deferred.deferring {
+		t.Fatal("the settled window does not answer")
+	}
+}

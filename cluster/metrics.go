@@ -41,6 +41,9 @@ var (
 type nodeMetrics struct {
 	reg *prometheus.Registry
 
+	appMu sync.RWMutex
+	apps  map[string]*appMetrics // app() caches
+
 	dispatchLate *prometheus.HistogramVec
 	startLate    *prometheus.HistogramVec
 	dispatches   *prometheus.CounterVec
@@ -200,17 +203,63 @@ func (m *nodeMetrics) ShardStarted(app, name string, read func() shard.Gauges) f
 // Dispatched implements shard.Sink. Only first attempts feed the lateness histogram:
 // a retry's "lateness" is its ladder delay, which is policy, not delay.
 func (m *nodeMetrics) Dispatched(app string, d *messages.Dispatch, sentMs int64) {
-	m.dispatches.WithLabelValues(app).Inc()
+	a := m.app(app)
+	a.dispatches.Inc()
 	if d.Attempt <= 1 {
-		m.dispatchLate.WithLabelValues(app).Observe(msToSeconds(sentMs - d.DueMs))
+		a.dispatchLate.Observe(msToSeconds(sentMs - d.DueMs))
 	}
+}
+
+// appMetrics are an app's children of the per-run vectors, looked up once: a
+// WithLabelValues per run allocated and hashed at every dispatch and result.
+type appMetrics struct {
+	dispatches   prometheus.Counter
+	dispatchLate prometheus.Observer
+	startLate    prometheus.Observer
+	runs         [8]prometheus.Counter // by messages.Outcome
+}
+
+func (m *nodeMetrics) app(app string) *appMetrics {
+	m.appMu.RLock()
+	a := m.apps[app]
+	m.appMu.RUnlock()
+	if a != nil {
+		return a
+	}
+	m.appMu.Lock()
+	defer m.appMu.Unlock()
+	if a = m.apps[app]; a == nil {
+		a = &appMetrics{dispatches: m.dispatches.WithLabelValues(app), dispatchLate: m.dispatchLate.WithLabelValues(app),
+			startLate: m.startLate.WithLabelValues(app)}
+		if m.apps == nil {
+			m.apps = map[string]*appMetrics{}
+		}
+		m.apps[app] = a
+	}
+	return a
 }
 
 // Finished implements shard.Sink.
 func (m *nodeMetrics) Finished(app string, rec *messages.RunRecord) {
-	m.runs.WithLabelValues(app, strings.ToLower(rec.Outcome.String())).Inc()
+	a := m.app(app)
+	if o := int(rec.Outcome); o >= 0 && o < len(a.runs) {
+		m.appMu.RLock()
+		c := a.runs[o]
+		m.appMu.RUnlock()
+		if c == nil { // the first time the app has this outcome
+			m.appMu.Lock()
+			if c = a.runs[o]; c == nil {
+				c = m.runs.WithLabelValues(app, strings.ToLower(rec.Outcome.String()))
+				a.runs[o] = c
+			}
+			m.appMu.Unlock()
+		}
+		c.Inc()
+	} else {
+		m.runs.WithLabelValues(app, strings.ToLower(rec.Outcome.String())).Inc()
+	}
 	if rec.Attempt <= 1 && rec.StartMs > 0 { // a lost run never reported a start
-		m.startLate.WithLabelValues(app).Observe(msToSeconds(rec.StartMs - rec.DueMs))
+		a.startLate.Observe(msToSeconds(rec.StartMs - rec.DueMs))
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/messages"
-	"github.com/kjob/kjob/persistence"
 )
 
 // Gauges are a shard's current figures. The shard's actor publishes them after every
@@ -110,35 +109,31 @@ func (o *observer) publish(a *Actor) {
 	o.g.failed.Store(c.Failed() != nil)
 }
 
-// appended reads the records the core is journaling. They are decoded again here
-// (the core keeps its state private); only run records are, and only when someone
-// listens.
-func (o *observer) appended(a *Actor, entries []persistence.Entry) {
+// recorded reads the records the core just journaled, as the messages they were
+// made from (core.Recorder): only run records, and only when someone listens.
+func (o *observer) recorded(a *Actor, types []messages.RecordType, ms []proto.Message) {
 	debug := a.log.Enabled(context.Background(), slog.LevelDebug)
 	if o.sink == nil && !debug {
 		return
 	}
 	app := a.core.Shard().App
-	for _, e := range entries {
-		t := messages.RecordType(e.Type)
+	for i, t := range types {
 		if o.sink == nil && t != messages.RecordType_RUN_FINISHED {
 			continue // only the debug line is wanted
 		}
 		switch t {
 		case messages.RecordType_RUN_DISPATCHED:
-			st := &messages.RunState{}
-			if proto.Unmarshal(e.Payload, st) == nil {
+			if st, ok := ms[i].(*messages.RunState); ok {
 				o.wait(st.RunId, st.JobId)
 			}
 		case messages.RecordType_RETRY_SCHEDULED:
-			st := &messages.RunState{}
-			if proto.Unmarshal(e.Payload, st) == nil {
+			if st, ok := ms[i].(*messages.RunState); ok {
 				o.done(st.RunId)
 				o.sink.RetryScheduled(app, st.Level)
 			}
 		case messages.RecordType_RUN_FINISHED:
-			rec := &messages.RunRecord{}
-			if proto.Unmarshal(e.Payload, rec) != nil {
+			rec, ok := ms[i].(*messages.RunRecord)
+			if !ok {
 				continue
 			}
 			if o.sink != nil {
@@ -150,14 +145,12 @@ func (o *observer) appended(a *Actor, entries []persistence.Entry) {
 					"outcome", rec.Outcome.String(), "worker", rec.WorkerId, "traceparent", rec.TraceId)
 			}
 		case messages.RecordType_DEAD_LETTERED:
-			d := &messages.DeadLetter{}
-			if proto.Unmarshal(e.Payload, d) == nil {
+			if d, ok := ms[i].(*messages.DeadLetter); ok {
 				o.done(d.RunId)
 				o.sink.DeadLettered(app)
 			}
 		case messages.RecordType_JOB_DELETED:
-			ref := &messages.JobRef{}
-			if proto.Unmarshal(e.Payload, ref) == nil && o.byJob[ref.Id] > 0 {
+			if ref, ok := ms[i].(*messages.JobRef); ok && o.byJob[ref.Id] > 0 {
 				for run, job := range o.waiting { // the core drops a deleted job's runs
 					if job == ref.Id {
 						o.done(run)

@@ -287,10 +287,14 @@ func (a *Actor) Append(entries []persistence.Entry) (uint64, error) {
 			sys.Root.Send(self, &durable{})
 		}
 	})
-	if err == nil {
-		a.obs.appended(a, entries)
-	}
 	return last, err
+}
+
+var _ core.Recorder = (*Actor)(nil)
+
+// Recorded implements core.Recorder.
+func (a *Actor) Recorded(types []messages.RecordType, ms []proto.Message) {
+	a.obs.recorded(a, types, ms)
 }
 
 // Send implements Env.

@@ -306,11 +306,29 @@ func (c *Core) job(id int64) *job {
 	if !ok {
 		return nil
 	}
-	jm, sched := &messages.Job{}, &messages.Schedule{}
-	coldMessage(jm, sched, &cj, c.cfg.Shard.App, c.cold.handlers, false)
-	j := &job{j: jm, handle: cj.handle}
-	c.jobs[id] = j
-	return j
+	// One allocation for the job, its message, schedule and params (four objects
+	// for the garbage collector to mark, for as long as the job is kept, were one
+	// each): a fired one-shot stays DoneRetentionMs.
+	b := &fullJob{}
+	coldMessage(&b.m, &b.s, &cj, c.cfg.Shard.App, c.cold.handlers, true)
+	b.m.Params = nil
+	if cj.nparams > 0 {
+		b.p = cj.params
+		b.m.Params = b.p[:cj.nparams:cj.nparams]
+	}
+	b.j = job{j: &b.m, handle: cj.handle}
+	c.jobs[id] = &b.j
+	return &b.j
+}
+
+// fullJob is a compact job made full, in one block. A later JOB_PUT replaces j.j
+// (and so the message and its schedule) as for any job; the block lives on while
+// j does.
+type fullJob struct {
+	j job
+	m messages.Job
+	s messages.Schedule
+	p [coldParams]byte
 }
 
 // peek is job id as it is now, for a reader: the stored full job (not to be

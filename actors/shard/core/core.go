@@ -71,6 +71,14 @@ type Ladder interface {
 	DeadLettered(d *messages.DeadLetter)
 }
 
+// Recorder is an optional extension of Env: when the Env implements it, each flush
+// hands it the records just appended, as the messages they were made from (the
+// shell's metrics read them there instead of decoding the journal's bytes again).
+// The messages are the core's: read them during the call, keep nothing.
+type Recorder interface {
+	Recorded(types []messages.RecordType, ms []proto.Message)
+}
+
 type ladderOp struct {
 	hold    bool
 	level   int
@@ -189,6 +197,9 @@ type Core struct {
 	closed    bool          // handed off: the shard is gone from here
 	ladderOps []ladderOp
 	pending   []persistence.Entry
+	pendingT  []messages.RecordType // pending's records as messages, for a Recorder
+	pendingM  []proto.Message
+	name      string // cfg.Shard.String(), once
 	appended  uint64
 	durable   uint64
 	outbox    []outMsg
@@ -224,6 +235,7 @@ func New(cfg Config, nowMs int64, epoch int64) *Core {
 		reqs:   reqWindow{deferring: true}, // until Open or Recovered (requests.go)
 		busy:   make(map[string]int),
 		rng:    rand.New(rand.NewPCG(cfg.Seed, uint64(route.HashString(cfg.Shard.String())))),
+		name:   cfg.Shard.String(),
 		now:    nowMs,
 	}
 }
@@ -315,6 +327,7 @@ func (c *Core) emit(t messages.RecordType, m proto.Message) {
 		panic(fmt.Sprintf("shard: marshal %T: %v", m, err)) // generated types always marshal
 	}
 	c.pending = append(c.pending, persistence.Entry{Stream: c.stream, Type: uint8(t), Payload: b})
+	c.pendingT, c.pendingM = append(c.pendingT, t), append(c.pendingM, m)
 	c.apply(t, m)
 }
 
@@ -329,9 +342,14 @@ func (c *Core) flush(env Env) {
 			for i := len(c.outbox) - 1; i >= 0 && c.outbox[i].step; i-- {
 				c.outbox[i].lsn, c.outbox[i].step = last, false
 			}
+			if r, ok := env.(Recorder); ok {
+				r.Recorded(c.pendingT, c.pendingM)
+			}
 		}
 	}
 	c.pending = c.pending[:0]
+	clear(c.pendingM)
+	c.pendingT, c.pendingM = c.pendingT[:0], c.pendingM[:0]
 	c.runLadder(env)
 	c.release(env)
 }
@@ -1019,7 +1037,24 @@ func (c *Core) traceparent() string {
 	c.trace++
 	hi := c.rng.Uint64()
 	lo := c.rng.Uint64() ^ c.trace
-	return fmt.Sprintf("00-%016x%016x-%016x-01", hi, lo, c.rng.Uint64()|1)
+	span := c.rng.Uint64() | 1
+	// "00-" trace id (32 hex) "-" span id (16 hex) "-01", without fmt (one allocation).
+	var b [55]byte
+	copy(b[:], "00-")
+	hex64(b[3:19], hi)
+	hex64(b[19:35], lo)
+	b[35] = '-'
+	hex64(b[36:52], span)
+	copy(b[52:], "-01")
+	return string(b[:])
+}
+
+func hex64(dst []byte, v uint64) {
+	const digits = "0123456789abcdef"
+	for i := 15; i >= 0; i-- {
+		dst[i] = digits[v&0xf]
+		v >>= 4
+	}
 }
 
 // fire starts the run of job j that was due at dueMs.
@@ -1157,7 +1192,7 @@ func (c *Core) dispatch(r *run, nowMs int64) {
 		c.send(w.Ref, &messages.Dispatch{
 			RunId: r.st.RunId, JobId: r.st.JobId, App: app, Handler: handler, Params: c.params(r),
 			DueMs: r.st.DueMs, Attempt: r.st.Attempt, TimeoutMs: c.timeout(r.st.JobId),
-			Shard: c.cfg.Shard.String(), Epoch: c.epoch, ReplyTo: c.cfg.Self,
+			Shard: c.name, Epoch: c.epoch, ReplyTo: c.cfg.Self,
 			Traceparent: r.st.TraceId, DispatchedMs: nowMs,
 		})
 	}
@@ -1167,9 +1202,13 @@ func (c *Core) dispatch(r *run, nowMs int64) {
 // finish records a run's outcome and moves a failure up the retry ladder.
 func (c *Core) finish(r *run, res *messages.RunResult, nowMs int64) {
 	j := c.job(r.st.JobId)
+	workerID := res.WorkerId
+	if w := c.known[workerID]; w != nil {
+		workerID = w.WorkerId // the shard's copy: the history keeps many records of few workers
+	}
 	rec := &messages.RunRecord{
 		RunId: r.st.RunId, JobId: r.st.JobId, DueMs: r.st.DueMs, DispatchedMs: r.st.DispatchedMs,
-		StartMs: res.StartMs, EndMs: res.EndMs, Attempt: r.st.Attempt, WorkerId: res.WorkerId,
+		StartMs: res.StartMs, EndMs: res.EndMs, Attempt: r.st.Attempt, WorkerId: workerID,
 		Outcome: res.Outcome, Error: res.Error, TraceId: r.st.TraceId,
 	}
 	if rec.EndMs == 0 {

@@ -2,6 +2,8 @@ package core
 
 import (
 	"bytes"
+	"fmt"
+	"regexp"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -268,5 +270,27 @@ func TestCreateBatch(t *testing.T) {
 	if s := e.take(); len(s) != 1 || len(s[0].m.(*messages.CreateJobsReply).Replies) != 2 ||
 		s[0].m.(*messages.CreateJobsReply).Replies[1].Error.GetCode() != messages.Code_NOT_OWNER {
 		t.Fatalf("frozen shard's answer to a batch: %v", s)
+	}
+}
+
+// A run's trace id is a W3C traceparent: version 00, a 32-hex trace id, a 16-hex
+// nonzero span id, flags 01; and hex64 spells what fmt does.
+func TestTraceparentFormat(t *testing.T) {
+	c, _ := newCore(1000)
+	re := regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{15}[13579bdf]-01$`)
+	seen := map[string]bool{}
+	for range 1000 {
+		tp := c.traceparent()
+		if !re.MatchString(tp) || seen[tp] {
+			t.Fatalf("traceparent %q: malformed or repeated", tp)
+		}
+		seen[tp] = true
+	}
+	for _, v := range []uint64{0, 1, 0xf, 0xdeadbeef, 1<<64 - 1, 0x0123456789abcdef} {
+		var b [16]byte
+		hex64(b[:], v)
+		if want := fmt.Sprintf("%016x", v); string(b[:]) != want {
+			t.Errorf("hex64(%#x) = %s, want %s", v, b[:], want)
+		}
 	}
 }

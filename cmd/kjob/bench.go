@@ -75,6 +75,7 @@ type benchOpts struct {
 	fireRate    int
 	recoverN    int
 	memoryN     int
+	noBatch     bool
 	paramsBytes int
 	capacity    int // worker pool size (0 = the worker's default)
 	sync        persistence.SyncPolicy
@@ -118,6 +119,9 @@ type BenchCreate struct {
 	AcksPerSec  float64   `json:"acks_per_sec"`
 	Latency     BenchDist `json:"ack_latency"`
 	Errors      int       `json:"errors"`
+	// PerBatch is the mean number of creates per CreateJobs batch the client sent
+	// (cluster/batch.go); 0 with --no-batch.
+	PerBatch float64 `json:"creates_per_batch"`
 }
 
 // BenchFire is the fire scenario: N one-shot jobs due evenly over a window.
@@ -280,6 +284,7 @@ measure the node). Every figure is wall-clock on whatever else the machine runs.
 	f.StringVar(&o.dataDir, "data", "", "parent directory for the embedded nodes' data (default: a temporary one, removed after)")
 	f.StringVar(&o.latencyOut, "lateness-out", "", "fire: write every lateness sample (ns, one per line) to this file")
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON")
+	f.BoolVar(&o.noBatch, "no-batch", false, "the client sends every create alone (no CreateJobs batches): the baseline of batching")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar on stderr")
 	f.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (node, client and worker) to this file")
 	f.StringVar(&memProf, "memprofile", "", "write a heap profile to this file: when the memory scenario measures, else at the end")
@@ -519,7 +524,7 @@ func (e *benchEnv) connect(ctx context.Context, o benchOpts, handler cluster.Han
 	}
 	cctx, cancel := context.WithTimeout(ctx, benchReadyTimeout)
 	defer cancel()
-	c, err := cluster.NewClient(cctx, cluster.ClientConfig{Servers: e.servers, Log: o.log})
+	c, err := cluster.NewClient(cctx, cluster.ClientConfig{Servers: e.servers, Log: o.log, NoBatch: o.noBatch})
 	if err != nil {
 		return err
 	}
@@ -618,6 +623,7 @@ func benchCreate(ctx context.Context, o benchOpts, e *benchEnv) (*BenchCreate, e
 	}
 	lat := make([]int64, o.createN)
 	p := startBenchProgress(o.progress, "create", o.createN)
+	b0, k0 := e.client.CreateBatches()
 	t0 := time.Now()
 	errs, err := benchCreateMany(ctx, e, o.createN, o.concurrency, func(i int) *messages.Job { return e.job(far, benchParams(i, o.paramsBytes)) }, lat, nil, p)
 	el := time.Since(t0)
@@ -626,8 +632,12 @@ func benchCreate(ctx context.Context, o benchOpts, e *benchEnv) (*BenchCreate, e
 		return nil, err
 	}
 	ok := o.createN - errs
-	return &BenchCreate{N: o.createN, Concurrency: o.concurrency, Seconds: el.Seconds(),
-		AcksPerSec: float64(ok) / el.Seconds(), Latency: benchDist(benchNonZero(lat)), Errors: errs}, nil
+	res := &BenchCreate{N: o.createN, Concurrency: o.concurrency, Seconds: el.Seconds(),
+		AcksPerSec: float64(ok) / el.Seconds(), Latency: benchDist(benchNonZero(lat)), Errors: errs}
+	if b1, k1 := e.client.CreateBatches(); b1 > b0 {
+		res.PerBatch = float64(k1-k0) / float64(b1-b0)
+	}
+	return res, nil
 }
 
 // ---------------------------------------------------------------- fire
@@ -1096,6 +1106,11 @@ func printBench(w io.Writer, r *BenchReport) {
 		row(s, "durable acks/s", benchNum(c.AcksPerSec))
 		row(s, "ack latency p50 / p99 / p999", fmt.Sprintf("%.2f / %.2f / %.2f ms", c.Latency.P50Ms, c.Latency.P99Ms, c.Latency.P999Ms))
 		row(s, "errors", strconv.Itoa(c.Errors))
+		if c.PerBatch > 0 {
+			row(s, "creates per client batch (mean)", fmt.Sprintf("%.1f", c.PerBatch))
+		} else {
+			row(s, "creates per client batch (mean)", "none sent (--no-batch)")
+		}
 	}
 	if f := r.Fire; f != nil {
 		s := fmt.Sprintf("fire (N=%d at %s/s)", f.N, benchNum(f.OfferedPerSec))

@@ -632,6 +632,10 @@ func (n *Node) Close() error {
 	n.stopHTTP()
 	func() {
 		defer func() { _ = recover() }()
+		// The server actor's children are the shards: stopping it takes them out of
+		// the process registry, so a closed node's jobs are neither reachable nor
+		// kept in memory by a process that goes on (an embedding one, kjob bench).
+		_ = n.system.Root.StopFuture(n.server).Wait()
 		n.cl.Shutdown(false)
 	}()
 	return n.journal.Close()

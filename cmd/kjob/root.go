@@ -19,6 +19,7 @@ import (
 	"github.com/kjob/kjob/actors/kerr"
 	nscore "github.com/kjob/kjob/actors/nameserver/core"
 	"github.com/kjob/kjob/actors/shard"
+	shardcore "github.com/kjob/kjob/actors/shard/core"
 	"github.com/kjob/kjob/cluster"
 	"github.com/kjob/kjob/messages"
 	"github.com/kjob/kjob/persistence"
@@ -82,6 +83,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 
 func serverCmd() *cobra.Command {
 	var listen, peers, data, syncPol, webhook, httpAddr, appPolicies string
+	var doneRetention time.Duration
 	var split nscore.SplitPolicy
 	c := &cobra.Command{
 		Use:   "server",
@@ -108,10 +110,14 @@ func serverCmd() *cobra.Command {
 					return err
 				}
 			}
+			if doneRetention < time.Second {
+				return &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "done-retention", Message: fmt.Sprintf("%s: must be at least 1s", doneRetention)}
+			}
 			cluster.RouteLibraryLogs(logger())
 			httpAddr = serverHTTP(cmd, listen, httpAddr)
 			n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, Peers: splitList(peers), DataDir: data, Sync: pol, Log: logger(),
-				AlertHooks: hooks, HTTP: httpAddr, Split: split, AppPolicies: policies})
+				AlertHooks: hooks, HTTP: httpAddr, Split: split, AppPolicies: policies,
+				Shard: shardcore.Config{DoneRetentionMs: doneRetention.Milliseconds()}})
 			if err != nil {
 				return err
 			}
@@ -128,6 +134,7 @@ func serverCmd() *cobra.Command {
 	c.Flags().StringVar(&webhook, "dlq-webhook", "", "URL that receives a JSON POST for each new dead letter")
 	c.Flags().StringVar(&appPolicies, "app-policies", "", "JSON file of per-app default policies, {\"app\": {\"attempts\": 3, \"ladderMs\": [\"1000\"], \"timeoutMs\": \"30000\", \"misfire\": \"SKIP\", ...}}: what a job's policy leaves unset (give every server the same file)")
 	c.Flags().StringVar(&syncPol, "sync", "sync", "journal flush policy: sync (ack after msync), interval, none (tests only)")
+	c.Flags().DurationVar(&doneRetention, "done-retention", time.Duration(shardcore.DefaultDoneRetentionMs)*time.Millisecond, "how long a job that will never fire again (a one-shot that ran) stays readable with its run history")
 	c.Flags().IntVar(&split.Workers, "split-workers", nscore.DefaultSplitWorkers, "split an app's shard when the app has more live workers than this per shard (-1: never)")
 	c.Flags().Int64Var(&split.Fires, "split-fires", nscore.DefaultSplitFires, "split a shard that fires more runs than this a minute (-1: never)")
 	return c

@@ -17,8 +17,17 @@ import (
 // queues its reply behind the journal.
 func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env) {
 	c.now = nowMs
-	if res, ok := m.(*messages.RunResult); ok {
-		c.result(res, from, nowMs)
+	switch x := m.(type) {
+	case *messages.RunResult:
+		c.result(x, from, nowMs)
+		c.flush(env)
+		return
+	case *messages.RunResults: // a worker's results that were ready at once
+		for _, res := range x.Results {
+			if res != nil {
+				c.result(res, from, nowMs)
+			}
+		}
 		c.flush(env)
 		return
 	}
@@ -545,7 +554,7 @@ func (c *Core) result(res *messages.RunResult, from *messages.Ref, nowMs int64) 
 		if r.st.WorkerId != "" && c.busy[r.st.WorkerId] > 0 {
 			c.busy[r.st.WorkerId]--
 		}
-		r.st.WorkerId = ""
+		r.st.WorkerId, r.sentTo = "", "" // not attempted there: the next worker in turn
 		c.armRun(r, nowMs+RefusedRetryMs)
 		return
 	}

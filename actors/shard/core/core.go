@@ -159,6 +159,11 @@ type run struct {
 	st     *messages.RunState
 	seq    uint64
 	handle wheel.Handle // its timer in runTimers: deadline, retry due or no-worker retry
+	// sentTo is the worker this attempt went to before it had to wait for a worker
+	// list (st.WorkerId is "" while it waits): a shard that takes over a run (recovery,
+	// handoff, split) often knows no workers yet, and the run must go back to that
+	// worker, which dedupes it, not to another one, which would run it again.
+	sentTo string
 }
 
 type outMsg struct {
@@ -500,6 +505,9 @@ func decode(t messages.RecordType, b []byte) (proto.Message, error) {
 	case messages.RecordType_SHARD_OPENED, messages.RecordType_SHARD_CLOSED, messages.RecordType_SHARD_HANDOFF:
 		m = &messages.ShardMeta{}
 	case messages.RecordType_JOB_PUT:
+		if j, ok := decodeJobFast(b); ok {
+			return j, nil
+		}
 		m = &messages.Job{}
 	case messages.RecordType_JOB_DELETED, messages.RecordType_DEAD_LETTER_REMOVED:
 		m = &messages.JobRef{}
@@ -1172,10 +1180,17 @@ func (c *Core) dispatch(r *run, nowMs int64) {
 		return
 	}
 	ws := c.pickWorkers(r)
-	if w := c.known[r.st.WorkerId]; w != nil && r.st.WorkerId != "" && c.route(r) != messages.Route_BROADCAST {
+	prev := r.st.WorkerId
+	if prev == "" {
+		prev = r.sentTo
+	}
+	if w := c.known[prev]; w != nil && prev != "" && c.route(r) != messages.Route_BROADCAST {
 		ws = []*messages.WorkerInfo{w} // sent before (recovery, handoff): the same worker dedupes it
 	}
 	if len(ws) == 0 {
+		if r.st.WorkerId != "" {
+			r.sentTo = r.st.WorkerId
+		}
 		r.st.WorkerId = ""
 		c.armRun(r, nowMs+NoWorkerRetryMs)
 		return

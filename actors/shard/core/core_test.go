@@ -294,3 +294,46 @@ func TestTraceparentFormat(t *testing.T) {
 		}
 	}
 }
+
+// A run taken over while no worker list is known yet (a restart, a handoff, a split)
+// waits, and then goes back to the worker it was sent to, which dedupes it, even
+// when that worker is outside the shard's group now: not to another worker, which
+// would run it a second time.
+func TestTakenOverRunGoesBackToItsWorker(t *testing.T) {
+	c, e := newCore(1000)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 10)}, e)
+	c.Durable(e.lsn, nil, e)
+	c.Tick(1010, e)
+	c.Durable(e.lsn, nil, e)
+	var sent int
+	for _, s := range e.take() {
+		if _, ok := s.m.(*messages.Dispatch); ok && s.to == wref {
+			sent++
+		}
+	}
+	if sent != 1 {
+		t.Fatalf("setup: %d dispatches to w1", sent)
+	}
+	snap := c.Snapshot()
+
+	b := New(Config{Shard: c.Shard(), Self: &messages.Ref{Address: "s2", Id: "shard"}}, 1020, 2)
+	if err := b.LoadSnapshot(snap, c.AppliedLSN()); err != nil {
+		t.Fatal(err)
+	}
+	be := &fakeEnv{lsn: c.AppliedLSN()}
+	b.Recovered(1020, be.lsn, be) // no workers known: the run waits
+	b.Tick(1020+NoWorkerRetryMs, be)
+	w2 := &messages.Ref{Address: "w2", Id: "worker"}
+	b.SetWorkersOf(1600, []*messages.WorkerInfo{{WorkerId: "w2", App: "app", Ref: w2, Capacity: 4}},
+		[]*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 4}, {WorkerId: "w2", App: "app", Ref: w2, Capacity: 4}}, be)
+	b.Durable(be.lsn, nil, be)
+	var to []string
+	for _, s := range be.take() {
+		if d, ok := s.m.(*messages.Dispatch); ok && d.JobId == 7 {
+			to = append(to, s.to.Address)
+		}
+	}
+	if len(to) != 1 || to[0] != "w" {
+		t.Fatalf("the taken-over run went to %v, want once to w1 (address w)", to)
+	}
+}

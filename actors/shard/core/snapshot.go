@@ -314,6 +314,15 @@ func splitSnapshot(data []byte) (*messages.ShardSnapshot, [][]byte, error) {
 	return s, jobs, nil
 }
 
+// decodeJob is one encoded job: by decodeJobFast when it can, else proto.Unmarshal.
+func decodeJob(b []byte) (*messages.Job, error) {
+	if j, ok := decodeJobFast(b); ok {
+		return j, nil
+	}
+	j := &messages.Job{}
+	return j, proto.Unmarshal(b, j)
+}
+
 // Job decoding in LoadSnapshot: below loadParallelJobs jobs all of it happens on the
 // caller's goroutine (the simulator's snapshots among them); above, in chunks of
 // loadChunkJobs on one goroutine ahead of the caller, at most loadChunksAhead ahead.
@@ -328,8 +337,8 @@ const (
 func decodeJobs(encs [][]byte, apply func(*messages.Job)) error {
 	if len(encs) < loadParallelJobs {
 		for _, e := range encs {
-			j := &messages.Job{}
-			if err := proto.Unmarshal(e, j); err != nil {
+			j, err := decodeJob(e)
+			if err != nil {
 				return err
 			}
 			apply(j)
@@ -349,8 +358,8 @@ func decodeJobs(encs [][]byte, apply func(*messages.Job)) error {
 			part := encs[i:min(i+loadChunkJobs, len(encs))]
 			out := chunk{jobs: make([]*messages.Job, 0, len(part))}
 			for _, e := range part {
-				j := &messages.Job{}
-				if out.err = proto.Unmarshal(e, j); out.err != nil {
+				var j *messages.Job
+				if j, out.err = decodeJob(e); out.err != nil {
 					break
 				}
 				out.jobs = append(out.jobs, j)

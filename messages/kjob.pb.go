@@ -1693,6 +1693,141 @@ func (x *CreateJobsReply) GetReplies() []*JobReply {
 	return nil
 }
 
+// Batches between a shard and a worker: what a shard releases in one step for one
+// worker goes as one message, and so do the results a worker has ready at once.
+// Each element is handled as if it came alone, in order.
+type Dispatches struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dispatches    []*Dispatch            `protobuf:"bytes,1,rep,name=dispatches,proto3" json:"dispatches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Dispatches) Reset() {
+	*x = Dispatches{}
+	mi := &file_kjob_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Dispatches) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Dispatches) ProtoMessage() {}
+
+func (x *Dispatches) ProtoReflect() protoreflect.Message {
+	mi := &file_kjob_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Dispatches.ProtoReflect.Descriptor instead.
+func (*Dispatches) Descriptor() ([]byte, []int) {
+	return file_kjob_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Dispatches) GetDispatches() []*Dispatch {
+	if x != nil {
+		return x.Dispatches
+	}
+	return nil
+}
+
+type ResultAcks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Acks          []*ResultAck           `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResultAcks) Reset() {
+	*x = ResultAcks{}
+	mi := &file_kjob_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResultAcks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResultAcks) ProtoMessage() {}
+
+func (x *ResultAcks) ProtoReflect() protoreflect.Message {
+	mi := &file_kjob_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResultAcks.ProtoReflect.Descriptor instead.
+func (*ResultAcks) Descriptor() ([]byte, []int) {
+	return file_kjob_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ResultAcks) GetAcks() []*ResultAck {
+	if x != nil {
+		return x.Acks
+	}
+	return nil
+}
+
+type RunResults struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*RunResult           `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunResults) Reset() {
+	*x = RunResults{}
+	mi := &file_kjob_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunResults) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunResults) ProtoMessage() {}
+
+func (x *RunResults) ProtoReflect() protoreflect.Message {
+	mi := &file_kjob_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunResults.ProtoReflect.Descriptor instead.
+func (*RunResults) Descriptor() ([]byte, []int) {
+	return file_kjob_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RunResults) GetResults() []*RunResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type ListJobsReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
@@ -1704,7 +1839,7 @@ type ListJobsReply struct {
 
 func (x *ListJobsReply) Reset() {
 	*x = ListJobsReply{}
-	mi := &file_kjob_proto_msgTypes[17]
+	mi := &file_kjob_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1851,7 @@ func (x *ListJobsReply) String() string {
 func (*ListJobsReply) ProtoMessage() {}
 
 func (x *ListJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[17]
+	mi := &file_kjob_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1864,7 @@ func (x *ListJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsReply.ProtoReflect.Descriptor instead.
 func (*ListJobsReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{17}
+	return file_kjob_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListJobsReply) GetError() *Error {
@@ -1763,7 +1898,7 @@ type RunsReply struct {
 
 func (x *RunsReply) Reset() {
 	*x = RunsReply{}
-	mi := &file_kjob_proto_msgTypes[18]
+	mi := &file_kjob_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1910,7 @@ func (x *RunsReply) String() string {
 func (*RunsReply) ProtoMessage() {}
 
 func (x *RunsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[18]
+	mi := &file_kjob_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1923,7 @@ func (x *RunsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunsReply.ProtoReflect.Descriptor instead.
 func (*RunsReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{18}
+	return file_kjob_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunsReply) GetError() *Error {
@@ -1826,7 +1961,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_kjob_proto_msgTypes[19]
+	mi := &file_kjob_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +1973,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[19]
+	mi := &file_kjob_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +1986,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{19}
+	return file_kjob_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -1963,7 +2098,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_kjob_proto_msgTypes[20]
+	mi := &file_kjob_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2110,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[20]
+	mi := &file_kjob_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2123,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{20}
+	return file_kjob_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeadLetter) GetRunId() string {
@@ -2072,7 +2207,7 @@ type ListDeadLetters struct {
 
 func (x *ListDeadLetters) Reset() {
 	*x = ListDeadLetters{}
-	mi := &file_kjob_proto_msgTypes[21]
+	mi := &file_kjob_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2219,7 @@ func (x *ListDeadLetters) String() string {
 func (*ListDeadLetters) ProtoMessage() {}
 
 func (x *ListDeadLetters) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[21]
+	mi := &file_kjob_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2232,7 @@ func (x *ListDeadLetters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLetters.ProtoReflect.Descriptor instead.
 func (*ListDeadLetters) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{21}
+	return file_kjob_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListDeadLetters) GetApp() string {
@@ -2132,7 +2267,7 @@ type DeadLettersReply struct {
 
 func (x *DeadLettersReply) Reset() {
 	*x = DeadLettersReply{}
-	mi := &file_kjob_proto_msgTypes[22]
+	mi := &file_kjob_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2144,7 +2279,7 @@ func (x *DeadLettersReply) String() string {
 func (*DeadLettersReply) ProtoMessage() {}
 
 func (x *DeadLettersReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[22]
+	mi := &file_kjob_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2157,7 +2292,7 @@ func (x *DeadLettersReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLettersReply.ProtoReflect.Descriptor instead.
 func (*DeadLettersReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{22}
+	return file_kjob_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeadLettersReply) GetError() *Error {
@@ -2191,7 +2326,7 @@ type GetDeadLetter struct {
 
 func (x *GetDeadLetter) Reset() {
 	*x = GetDeadLetter{}
-	mi := &file_kjob_proto_msgTypes[23]
+	mi := &file_kjob_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2338,7 @@ func (x *GetDeadLetter) String() string {
 func (*GetDeadLetter) ProtoMessage() {}
 
 func (x *GetDeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[23]
+	mi := &file_kjob_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2351,7 @@ func (x *GetDeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDeadLetter.ProtoReflect.Descriptor instead.
 func (*GetDeadLetter) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{23}
+	return file_kjob_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetDeadLetter) GetApp() string {
@@ -2244,7 +2379,7 @@ type ReplayDeadLetter struct {
 
 func (x *ReplayDeadLetter) Reset() {
 	*x = ReplayDeadLetter{}
-	mi := &file_kjob_proto_msgTypes[24]
+	mi := &file_kjob_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2256,7 +2391,7 @@ func (x *ReplayDeadLetter) String() string {
 func (*ReplayDeadLetter) ProtoMessage() {}
 
 func (x *ReplayDeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[24]
+	mi := &file_kjob_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2269,7 +2404,7 @@ func (x *ReplayDeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetter.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetter) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{24}
+	return file_kjob_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplayDeadLetter) GetApp() string {
@@ -2304,7 +2439,7 @@ type PurgeDeadLetters struct {
 
 func (x *PurgeDeadLetters) Reset() {
 	*x = PurgeDeadLetters{}
-	mi := &file_kjob_proto_msgTypes[25]
+	mi := &file_kjob_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2316,7 +2451,7 @@ func (x *PurgeDeadLetters) String() string {
 func (*PurgeDeadLetters) ProtoMessage() {}
 
 func (x *PurgeDeadLetters) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[25]
+	mi := &file_kjob_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2329,7 +2464,7 @@ func (x *PurgeDeadLetters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLetters.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLetters) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{25}
+	return file_kjob_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PurgeDeadLetters) GetApp() string {
@@ -2364,7 +2499,7 @@ type DeadLetterReply struct {
 
 func (x *DeadLetterReply) Reset() {
 	*x = DeadLetterReply{}
-	mi := &file_kjob_proto_msgTypes[26]
+	mi := &file_kjob_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2511,7 @@ func (x *DeadLetterReply) String() string {
 func (*DeadLetterReply) ProtoMessage() {}
 
 func (x *DeadLetterReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[26]
+	mi := &file_kjob_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2524,7 @@ func (x *DeadLetterReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetterReply.ProtoReflect.Descriptor instead.
 func (*DeadLetterReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{26}
+	return file_kjob_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeadLetterReply) GetError() *Error {
@@ -2434,7 +2569,7 @@ type Dispatch struct {
 
 func (x *Dispatch) Reset() {
 	*x = Dispatch{}
-	mi := &file_kjob_proto_msgTypes[27]
+	mi := &file_kjob_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2446,7 +2581,7 @@ func (x *Dispatch) String() string {
 func (*Dispatch) ProtoMessage() {}
 
 func (x *Dispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[27]
+	mi := &file_kjob_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2459,7 +2594,7 @@ func (x *Dispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatch.ProtoReflect.Descriptor instead.
 func (*Dispatch) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{27}
+	return file_kjob_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Dispatch) GetRunId() string {
@@ -2574,7 +2709,7 @@ type RunResult struct {
 
 func (x *RunResult) Reset() {
 	*x = RunResult{}
-	mi := &file_kjob_proto_msgTypes[28]
+	mi := &file_kjob_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +2721,7 @@ func (x *RunResult) String() string {
 func (*RunResult) ProtoMessage() {}
 
 func (x *RunResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[28]
+	mi := &file_kjob_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +2734,7 @@ func (x *RunResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResult.ProtoReflect.Descriptor instead.
 func (*RunResult) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{28}
+	return file_kjob_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RunResult) GetRunId() string {
@@ -2703,7 +2838,7 @@ type ResultAck struct {
 
 func (x *ResultAck) Reset() {
 	*x = ResultAck{}
-	mi := &file_kjob_proto_msgTypes[29]
+	mi := &file_kjob_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2715,7 +2850,7 @@ func (x *ResultAck) String() string {
 func (*ResultAck) ProtoMessage() {}
 
 func (x *ResultAck) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[29]
+	mi := &file_kjob_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2728,7 +2863,7 @@ func (x *ResultAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAck.ProtoReflect.Descriptor instead.
 func (*ResultAck) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{29}
+	return file_kjob_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResultAck) GetRunId() string {
@@ -2753,7 +2888,7 @@ type ShardLoad struct {
 
 func (x *ShardLoad) Reset() {
 	*x = ShardLoad{}
-	mi := &file_kjob_proto_msgTypes[30]
+	mi := &file_kjob_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +2900,7 @@ func (x *ShardLoad) String() string {
 func (*ShardLoad) ProtoMessage() {}
 
 func (x *ShardLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[30]
+	mi := &file_kjob_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +2913,7 @@ func (x *ShardLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardLoad.ProtoReflect.Descriptor instead.
 func (*ShardLoad) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{30}
+	return file_kjob_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ShardLoad) GetShard() string {
@@ -2849,7 +2984,7 @@ type ServerHeartbeat struct {
 
 func (x *ServerHeartbeat) Reset() {
 	*x = ServerHeartbeat{}
-	mi := &file_kjob_proto_msgTypes[31]
+	mi := &file_kjob_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +2996,7 @@ func (x *ServerHeartbeat) String() string {
 func (*ServerHeartbeat) ProtoMessage() {}
 
 func (x *ServerHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[31]
+	mi := &file_kjob_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +3009,7 @@ func (x *ServerHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerHeartbeat.ProtoReflect.Descriptor instead.
 func (*ServerHeartbeat) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{31}
+	return file_kjob_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ServerHeartbeat) GetServerId() string {
@@ -2967,7 +3102,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_kjob_proto_msgTypes[32]
+	mi := &file_kjob_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2979,7 +3114,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[32]
+	mi := &file_kjob_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2992,7 +3127,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{32}
+	return file_kjob_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WorkerInfo) GetWorkerId() string {
@@ -3040,7 +3175,7 @@ type WorkerHeartbeat struct {
 
 func (x *WorkerHeartbeat) Reset() {
 	*x = WorkerHeartbeat{}
-	mi := &file_kjob_proto_msgTypes[33]
+	mi := &file_kjob_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +3187,7 @@ func (x *WorkerHeartbeat) String() string {
 func (*WorkerHeartbeat) ProtoMessage() {}
 
 func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[33]
+	mi := &file_kjob_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +3200,7 @@ func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHeartbeat.ProtoReflect.Descriptor instead.
 func (*WorkerHeartbeat) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{33}
+	return file_kjob_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WorkerHeartbeat) GetWorker() *WorkerInfo {
@@ -3092,7 +3227,7 @@ type WorkerLeft struct {
 
 func (x *WorkerLeft) Reset() {
 	*x = WorkerLeft{}
-	mi := &file_kjob_proto_msgTypes[34]
+	mi := &file_kjob_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3104,7 +3239,7 @@ func (x *WorkerLeft) String() string {
 func (*WorkerLeft) ProtoMessage() {}
 
 func (x *WorkerLeft) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[34]
+	mi := &file_kjob_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3117,7 +3252,7 @@ func (x *WorkerLeft) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLeft.ProtoReflect.Descriptor instead.
 func (*WorkerLeft) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{34}
+	return file_kjob_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WorkerLeft) GetWorkerId() string {
@@ -3149,7 +3284,7 @@ type RouteEntry struct {
 
 func (x *RouteEntry) Reset() {
 	*x = RouteEntry{}
-	mi := &file_kjob_proto_msgTypes[35]
+	mi := &file_kjob_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3161,7 +3296,7 @@ func (x *RouteEntry) String() string {
 func (*RouteEntry) ProtoMessage() {}
 
 func (x *RouteEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[35]
+	mi := &file_kjob_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3174,7 +3309,7 @@ func (x *RouteEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEntry.ProtoReflect.Descriptor instead.
 func (*RouteEntry) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{35}
+	return file_kjob_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RouteEntry) GetShard() string {
@@ -3236,7 +3371,7 @@ type AppWorkers struct {
 
 func (x *AppWorkers) Reset() {
 	*x = AppWorkers{}
-	mi := &file_kjob_proto_msgTypes[36]
+	mi := &file_kjob_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3248,7 +3383,7 @@ func (x *AppWorkers) String() string {
 func (*AppWorkers) ProtoMessage() {}
 
 func (x *AppWorkers) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[36]
+	mi := &file_kjob_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3261,7 +3396,7 @@ func (x *AppWorkers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppWorkers.ProtoReflect.Descriptor instead.
 func (*AppWorkers) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{36}
+	return file_kjob_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AppWorkers) GetApp() string {
@@ -3292,7 +3427,7 @@ type RouteTable struct {
 
 func (x *RouteTable) Reset() {
 	*x = RouteTable{}
-	mi := &file_kjob_proto_msgTypes[37]
+	mi := &file_kjob_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3304,7 +3439,7 @@ func (x *RouteTable) String() string {
 func (*RouteTable) ProtoMessage() {}
 
 func (x *RouteTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[37]
+	mi := &file_kjob_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3317,7 +3452,7 @@ func (x *RouteTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteTable.ProtoReflect.Descriptor instead.
 func (*RouteTable) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{37}
+	return file_kjob_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RouteTable) GetVersion() int64 {
@@ -3373,7 +3508,7 @@ type GetRoutes struct {
 
 func (x *GetRoutes) Reset() {
 	*x = GetRoutes{}
-	mi := &file_kjob_proto_msgTypes[38]
+	mi := &file_kjob_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3385,7 +3520,7 @@ func (x *GetRoutes) String() string {
 func (*GetRoutes) ProtoMessage() {}
 
 func (x *GetRoutes) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[38]
+	mi := &file_kjob_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3398,7 +3533,7 @@ func (x *GetRoutes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoutes.ProtoReflect.Descriptor instead.
 func (*GetRoutes) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{38}
+	return file_kjob_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetRoutes) GetApp() string {
@@ -3432,7 +3567,7 @@ type Subscribe struct {
 
 func (x *Subscribe) Reset() {
 	*x = Subscribe{}
-	mi := &file_kjob_proto_msgTypes[39]
+	mi := &file_kjob_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3444,7 +3579,7 @@ func (x *Subscribe) String() string {
 func (*Subscribe) ProtoMessage() {}
 
 func (x *Subscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[39]
+	mi := &file_kjob_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3457,7 +3592,7 @@ func (x *Subscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribe.ProtoReflect.Descriptor instead.
 func (*Subscribe) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{39}
+	return file_kjob_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Subscribe) GetSubscriber() *Ref {
@@ -3489,7 +3624,7 @@ type AssignShard struct {
 
 func (x *AssignShard) Reset() {
 	*x = AssignShard{}
-	mi := &file_kjob_proto_msgTypes[40]
+	mi := &file_kjob_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3501,7 +3636,7 @@ func (x *AssignShard) String() string {
 func (*AssignShard) ProtoMessage() {}
 
 func (x *AssignShard) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[40]
+	mi := &file_kjob_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3514,7 +3649,7 @@ func (x *AssignShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignShard.ProtoReflect.Descriptor instead.
 func (*AssignShard) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{40}
+	return file_kjob_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AssignShard) GetShard() string {
@@ -3553,7 +3688,7 @@ type MoveShard struct {
 
 func (x *MoveShard) Reset() {
 	*x = MoveShard{}
-	mi := &file_kjob_proto_msgTypes[41]
+	mi := &file_kjob_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3565,7 +3700,7 @@ func (x *MoveShard) String() string {
 func (*MoveShard) ProtoMessage() {}
 
 func (x *MoveShard) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[41]
+	mi := &file_kjob_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3578,7 +3713,7 @@ func (x *MoveShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShard.ProtoReflect.Descriptor instead.
 func (*MoveShard) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{41}
+	return file_kjob_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *MoveShard) GetShard() string {
@@ -3621,7 +3756,7 @@ type ImportShard struct {
 
 func (x *ImportShard) Reset() {
 	*x = ImportShard{}
-	mi := &file_kjob_proto_msgTypes[42]
+	mi := &file_kjob_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3633,7 +3768,7 @@ func (x *ImportShard) String() string {
 func (*ImportShard) ProtoMessage() {}
 
 func (x *ImportShard) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[42]
+	mi := &file_kjob_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3646,7 +3781,7 @@ func (x *ImportShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportShard.ProtoReflect.Descriptor instead.
 func (*ImportShard) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{42}
+	return file_kjob_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ImportShard) GetShard() string {
@@ -3680,7 +3815,7 @@ type ImportShardReply struct {
 
 func (x *ImportShardReply) Reset() {
 	*x = ImportShardReply{}
-	mi := &file_kjob_proto_msgTypes[43]
+	mi := &file_kjob_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3692,7 +3827,7 @@ func (x *ImportShardReply) String() string {
 func (*ImportShardReply) ProtoMessage() {}
 
 func (x *ImportShardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[43]
+	mi := &file_kjob_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3705,7 +3840,7 @@ func (x *ImportShardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportShardReply.ProtoReflect.Descriptor instead.
 func (*ImportShardReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{43}
+	return file_kjob_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ImportShardReply) GetError() *Error {
@@ -3733,7 +3868,7 @@ type ShardOpened struct {
 
 func (x *ShardOpened) Reset() {
 	*x = ShardOpened{}
-	mi := &file_kjob_proto_msgTypes[44]
+	mi := &file_kjob_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3745,7 +3880,7 @@ func (x *ShardOpened) String() string {
 func (*ShardOpened) ProtoMessage() {}
 
 func (x *ShardOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[44]
+	mi := &file_kjob_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3758,7 +3893,7 @@ func (x *ShardOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOpened.ProtoReflect.Descriptor instead.
 func (*ShardOpened) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{44}
+	return file_kjob_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ShardOpened) GetServerId() string {
@@ -3792,7 +3927,7 @@ type LeaseNode struct {
 
 func (x *LeaseNode) Reset() {
 	*x = LeaseNode{}
-	mi := &file_kjob_proto_msgTypes[45]
+	mi := &file_kjob_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3804,7 +3939,7 @@ func (x *LeaseNode) String() string {
 func (*LeaseNode) ProtoMessage() {}
 
 func (x *LeaseNode) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[45]
+	mi := &file_kjob_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3817,7 +3952,7 @@ func (x *LeaseNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseNode.ProtoReflect.Descriptor instead.
 func (*LeaseNode) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{45}
+	return file_kjob_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *LeaseNode) GetHolder() string {
@@ -3845,7 +3980,7 @@ type LeaseNodeReply struct {
 
 func (x *LeaseNodeReply) Reset() {
 	*x = LeaseNodeReply{}
-	mi := &file_kjob_proto_msgTypes[46]
+	mi := &file_kjob_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3857,7 +3992,7 @@ func (x *LeaseNodeReply) String() string {
 func (*LeaseNodeReply) ProtoMessage() {}
 
 func (x *LeaseNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[46]
+	mi := &file_kjob_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3870,7 +4005,7 @@ func (x *LeaseNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseNodeReply.ProtoReflect.Descriptor instead.
 func (*LeaseNodeReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{46}
+	return file_kjob_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *LeaseNodeReply) GetError() *Error {
@@ -3902,7 +4037,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_kjob_proto_msgTypes[47]
+	mi := &file_kjob_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3914,7 +4049,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[47]
+	mi := &file_kjob_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3927,7 +4062,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{47}
+	return file_kjob_proto_rawDescGZIP(), []int{50}
 }
 
 type ServerStatus struct {
@@ -3944,7 +4079,7 @@ type ServerStatus struct {
 
 func (x *ServerStatus) Reset() {
 	*x = ServerStatus{}
-	mi := &file_kjob_proto_msgTypes[48]
+	mi := &file_kjob_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3956,7 +4091,7 @@ func (x *ServerStatus) String() string {
 func (*ServerStatus) ProtoMessage() {}
 
 func (x *ServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[48]
+	mi := &file_kjob_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3969,7 +4104,7 @@ func (x *ServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerStatus.ProtoReflect.Descriptor instead.
 func (*ServerStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{48}
+	return file_kjob_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ServerStatus) GetServerId() string {
@@ -4027,7 +4162,7 @@ type MoveStatus struct {
 
 func (x *MoveStatus) Reset() {
 	*x = MoveStatus{}
-	mi := &file_kjob_proto_msgTypes[49]
+	mi := &file_kjob_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4039,7 +4174,7 @@ func (x *MoveStatus) String() string {
 func (*MoveStatus) ProtoMessage() {}
 
 func (x *MoveStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[49]
+	mi := &file_kjob_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4052,7 +4187,7 @@ func (x *MoveStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveStatus.ProtoReflect.Descriptor instead.
 func (*MoveStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{49}
+	return file_kjob_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MoveStatus) GetShard() string {
@@ -4101,7 +4236,7 @@ type AppStatus struct {
 
 func (x *AppStatus) Reset() {
 	*x = AppStatus{}
-	mi := &file_kjob_proto_msgTypes[50]
+	mi := &file_kjob_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4113,7 +4248,7 @@ func (x *AppStatus) String() string {
 func (*AppStatus) ProtoMessage() {}
 
 func (x *AppStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[50]
+	mi := &file_kjob_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4126,7 +4261,7 @@ func (x *AppStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppStatus.ProtoReflect.Descriptor instead.
 func (*AppStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{50}
+	return file_kjob_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AppStatus) GetApp() string {
@@ -4165,7 +4300,7 @@ type ClusterStatusReply struct {
 
 func (x *ClusterStatusReply) Reset() {
 	*x = ClusterStatusReply{}
-	mi := &file_kjob_proto_msgTypes[51]
+	mi := &file_kjob_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4177,7 +4312,7 @@ func (x *ClusterStatusReply) String() string {
 func (*ClusterStatusReply) ProtoMessage() {}
 
 func (x *ClusterStatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[51]
+	mi := &file_kjob_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4190,7 +4325,7 @@ func (x *ClusterStatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusReply.ProtoReflect.Descriptor instead.
 func (*ClusterStatusReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{51}
+	return file_kjob_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ClusterStatusReply) GetError() *Error {
@@ -4250,7 +4385,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_kjob_proto_msgTypes[52]
+	mi := &file_kjob_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4262,7 +4397,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[52]
+	mi := &file_kjob_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4275,7 +4410,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{52}
+	return file_kjob_proto_rawDescGZIP(), []int{55}
 }
 
 type Pong struct {
@@ -4288,7 +4423,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_kjob_proto_msgTypes[53]
+	mi := &file_kjob_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4300,7 +4435,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[53]
+	mi := &file_kjob_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4313,7 +4448,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{53}
+	return file_kjob_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Pong) GetServerId() string {
@@ -4342,7 +4477,7 @@ type ShardMeta struct {
 
 func (x *ShardMeta) Reset() {
 	*x = ShardMeta{}
-	mi := &file_kjob_proto_msgTypes[54]
+	mi := &file_kjob_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4354,7 +4489,7 @@ func (x *ShardMeta) String() string {
 func (*ShardMeta) ProtoMessage() {}
 
 func (x *ShardMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[54]
+	mi := &file_kjob_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4367,7 +4502,7 @@ func (x *ShardMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMeta.ProtoReflect.Descriptor instead.
 func (*ShardMeta) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{54}
+	return file_kjob_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ShardMeta) GetShard() string {
@@ -4410,7 +4545,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_kjob_proto_msgTypes[55]
+	mi := &file_kjob_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4422,7 +4557,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[55]
+	mi := &file_kjob_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4435,7 +4570,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{55}
+	return file_kjob_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *JobRef) GetId() int64 {
@@ -4495,7 +4630,7 @@ type RunState struct {
 
 func (x *RunState) Reset() {
 	*x = RunState{}
-	mi := &file_kjob_proto_msgTypes[56]
+	mi := &file_kjob_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4507,7 +4642,7 @@ func (x *RunState) String() string {
 func (*RunState) ProtoMessage() {}
 
 func (x *RunState) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[56]
+	mi := &file_kjob_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4520,7 +4655,7 @@ func (x *RunState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunState.ProtoReflect.Descriptor instead.
 func (*RunState) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{56}
+	return file_kjob_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RunState) GetRunId() string {
@@ -4672,7 +4807,7 @@ type ShardSnapshot struct {
 
 func (x *ShardSnapshot) Reset() {
 	*x = ShardSnapshot{}
-	mi := &file_kjob_proto_msgTypes[57]
+	mi := &file_kjob_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4684,7 +4819,7 @@ func (x *ShardSnapshot) String() string {
 func (*ShardSnapshot) ProtoMessage() {}
 
 func (x *ShardSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[57]
+	mi := &file_kjob_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4697,7 +4832,7 @@ func (x *ShardSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardSnapshot.ProtoReflect.Descriptor instead.
 func (*ShardSnapshot) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{57}
+	return file_kjob_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ShardSnapshot) GetMeta() *ShardMeta {
@@ -4768,7 +4903,7 @@ type RequestSeen struct {
 
 func (x *RequestSeen) Reset() {
 	*x = RequestSeen{}
-	mi := &file_kjob_proto_msgTypes[58]
+	mi := &file_kjob_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4780,7 +4915,7 @@ func (x *RequestSeen) String() string {
 func (*RequestSeen) ProtoMessage() {}
 
 func (x *RequestSeen) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[58]
+	mi := &file_kjob_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4793,7 +4928,7 @@ func (x *RequestSeen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestSeen.ProtoReflect.Descriptor instead.
 func (*RequestSeen) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{58}
+	return file_kjob_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RequestSeen) GetRequestId() int64 {
@@ -4927,7 +5062,18 @@ const file_kjob_proto_rawDesc = "" +
 	"CreateJobs\x12&\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x12.kjob.v1.CreateJobR\x04jobs\">\n" +
 	"\x0fCreateJobsReply\x12+\n" +
-	"\areplies\x18\x01 \x03(\v2\x11.kjob.v1.JobReplyR\areplies\"{\n" +
+	"\areplies\x18\x01 \x03(\v2\x11.kjob.v1.JobReplyR\areplies\"?\n" +
+	"\n" +
+	"Dispatches\x121\n" +
+	"\n" +
+	"dispatches\x18\x01 \x03(\v2\x11.kjob.v1.DispatchR\n" +
+	"dispatches\"4\n" +
+	"\n" +
+	"ResultAcks\x12&\n" +
+	"\x04acks\x18\x01 \x03(\v2\x12.kjob.v1.ResultAckR\x04acks\":\n" +
+	"\n" +
+	"RunResults\x12,\n" +
+	"\aresults\x18\x01 \x03(\v2\x12.kjob.v1.RunResultR\aresults\"{\n" +
 	"\rListJobsReply\x12$\n" +
 	"\x05error\x18\x01 \x01(\v2\x0e.kjob.v1.ErrorR\x05error\x12 \n" +
 	"\x04jobs\x18\x02 \x03(\v2\f.kjob.v1.JobR\x04jobs\x12\"\n" +
@@ -5288,7 +5434,7 @@ func file_kjob_proto_rawDescGZIP() []byte {
 }
 
 var file_kjob_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_kjob_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_kjob_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_kjob_proto_goTypes = []any{
 	(Code)(0),                  // 0: kjob.v1.Code
 	(ScheduleKind)(0),          // 1: kjob.v1.ScheduleKind
@@ -5315,48 +5461,51 @@ var file_kjob_proto_goTypes = []any{
 	(*JobReply)(nil),           // 22: kjob.v1.JobReply
 	(*CreateJobs)(nil),         // 23: kjob.v1.CreateJobs
 	(*CreateJobsReply)(nil),    // 24: kjob.v1.CreateJobsReply
-	(*ListJobsReply)(nil),      // 25: kjob.v1.ListJobsReply
-	(*RunsReply)(nil),          // 26: kjob.v1.RunsReply
-	(*RunRecord)(nil),          // 27: kjob.v1.RunRecord
-	(*DeadLetter)(nil),         // 28: kjob.v1.DeadLetter
-	(*ListDeadLetters)(nil),    // 29: kjob.v1.ListDeadLetters
-	(*DeadLettersReply)(nil),   // 30: kjob.v1.DeadLettersReply
-	(*GetDeadLetter)(nil),      // 31: kjob.v1.GetDeadLetter
-	(*ReplayDeadLetter)(nil),   // 32: kjob.v1.ReplayDeadLetter
-	(*PurgeDeadLetters)(nil),   // 33: kjob.v1.PurgeDeadLetters
-	(*DeadLetterReply)(nil),    // 34: kjob.v1.DeadLetterReply
-	(*Dispatch)(nil),           // 35: kjob.v1.Dispatch
-	(*RunResult)(nil),          // 36: kjob.v1.RunResult
-	(*ResultAck)(nil),          // 37: kjob.v1.ResultAck
-	(*ShardLoad)(nil),          // 38: kjob.v1.ShardLoad
-	(*ServerHeartbeat)(nil),    // 39: kjob.v1.ServerHeartbeat
-	(*WorkerInfo)(nil),         // 40: kjob.v1.WorkerInfo
-	(*WorkerHeartbeat)(nil),    // 41: kjob.v1.WorkerHeartbeat
-	(*WorkerLeft)(nil),         // 42: kjob.v1.WorkerLeft
-	(*RouteEntry)(nil),         // 43: kjob.v1.RouteEntry
-	(*AppWorkers)(nil),         // 44: kjob.v1.AppWorkers
-	(*RouteTable)(nil),         // 45: kjob.v1.RouteTable
-	(*GetRoutes)(nil),          // 46: kjob.v1.GetRoutes
-	(*Subscribe)(nil),          // 47: kjob.v1.Subscribe
-	(*AssignShard)(nil),        // 48: kjob.v1.AssignShard
-	(*MoveShard)(nil),          // 49: kjob.v1.MoveShard
-	(*ImportShard)(nil),        // 50: kjob.v1.ImportShard
-	(*ImportShardReply)(nil),   // 51: kjob.v1.ImportShardReply
-	(*ShardOpened)(nil),        // 52: kjob.v1.ShardOpened
-	(*LeaseNode)(nil),          // 53: kjob.v1.LeaseNode
-	(*LeaseNodeReply)(nil),     // 54: kjob.v1.LeaseNodeReply
-	(*ClusterStatus)(nil),      // 55: kjob.v1.ClusterStatus
-	(*ServerStatus)(nil),       // 56: kjob.v1.ServerStatus
-	(*MoveStatus)(nil),         // 57: kjob.v1.MoveStatus
-	(*AppStatus)(nil),          // 58: kjob.v1.AppStatus
-	(*ClusterStatusReply)(nil), // 59: kjob.v1.ClusterStatusReply
-	(*Ping)(nil),               // 60: kjob.v1.Ping
-	(*Pong)(nil),               // 61: kjob.v1.Pong
-	(*ShardMeta)(nil),          // 62: kjob.v1.ShardMeta
-	(*JobRef)(nil),             // 63: kjob.v1.JobRef
-	(*RunState)(nil),           // 64: kjob.v1.RunState
-	(*ShardSnapshot)(nil),      // 65: kjob.v1.ShardSnapshot
-	(*RequestSeen)(nil),        // 66: kjob.v1.RequestSeen
+	(*Dispatches)(nil),         // 25: kjob.v1.Dispatches
+	(*ResultAcks)(nil),         // 26: kjob.v1.ResultAcks
+	(*RunResults)(nil),         // 27: kjob.v1.RunResults
+	(*ListJobsReply)(nil),      // 28: kjob.v1.ListJobsReply
+	(*RunsReply)(nil),          // 29: kjob.v1.RunsReply
+	(*RunRecord)(nil),          // 30: kjob.v1.RunRecord
+	(*DeadLetter)(nil),         // 31: kjob.v1.DeadLetter
+	(*ListDeadLetters)(nil),    // 32: kjob.v1.ListDeadLetters
+	(*DeadLettersReply)(nil),   // 33: kjob.v1.DeadLettersReply
+	(*GetDeadLetter)(nil),      // 34: kjob.v1.GetDeadLetter
+	(*ReplayDeadLetter)(nil),   // 35: kjob.v1.ReplayDeadLetter
+	(*PurgeDeadLetters)(nil),   // 36: kjob.v1.PurgeDeadLetters
+	(*DeadLetterReply)(nil),    // 37: kjob.v1.DeadLetterReply
+	(*Dispatch)(nil),           // 38: kjob.v1.Dispatch
+	(*RunResult)(nil),          // 39: kjob.v1.RunResult
+	(*ResultAck)(nil),          // 40: kjob.v1.ResultAck
+	(*ShardLoad)(nil),          // 41: kjob.v1.ShardLoad
+	(*ServerHeartbeat)(nil),    // 42: kjob.v1.ServerHeartbeat
+	(*WorkerInfo)(nil),         // 43: kjob.v1.WorkerInfo
+	(*WorkerHeartbeat)(nil),    // 44: kjob.v1.WorkerHeartbeat
+	(*WorkerLeft)(nil),         // 45: kjob.v1.WorkerLeft
+	(*RouteEntry)(nil),         // 46: kjob.v1.RouteEntry
+	(*AppWorkers)(nil),         // 47: kjob.v1.AppWorkers
+	(*RouteTable)(nil),         // 48: kjob.v1.RouteTable
+	(*GetRoutes)(nil),          // 49: kjob.v1.GetRoutes
+	(*Subscribe)(nil),          // 50: kjob.v1.Subscribe
+	(*AssignShard)(nil),        // 51: kjob.v1.AssignShard
+	(*MoveShard)(nil),          // 52: kjob.v1.MoveShard
+	(*ImportShard)(nil),        // 53: kjob.v1.ImportShard
+	(*ImportShardReply)(nil),   // 54: kjob.v1.ImportShardReply
+	(*ShardOpened)(nil),        // 55: kjob.v1.ShardOpened
+	(*LeaseNode)(nil),          // 56: kjob.v1.LeaseNode
+	(*LeaseNodeReply)(nil),     // 57: kjob.v1.LeaseNodeReply
+	(*ClusterStatus)(nil),      // 58: kjob.v1.ClusterStatus
+	(*ServerStatus)(nil),       // 59: kjob.v1.ServerStatus
+	(*MoveStatus)(nil),         // 60: kjob.v1.MoveStatus
+	(*AppStatus)(nil),          // 61: kjob.v1.AppStatus
+	(*ClusterStatusReply)(nil), // 62: kjob.v1.ClusterStatusReply
+	(*Ping)(nil),               // 63: kjob.v1.Ping
+	(*Pong)(nil),               // 64: kjob.v1.Pong
+	(*ShardMeta)(nil),          // 65: kjob.v1.ShardMeta
+	(*JobRef)(nil),             // 66: kjob.v1.JobRef
+	(*RunState)(nil),           // 67: kjob.v1.RunState
+	(*ShardSnapshot)(nil),      // 68: kjob.v1.ShardSnapshot
+	(*RequestSeen)(nil),        // 69: kjob.v1.RequestSeen
 }
 var file_kjob_proto_depIdxs = []int32{
 	0,  // 0: kjob.v1.Error.code:type_name -> kjob.v1.Code
@@ -5375,55 +5524,58 @@ var file_kjob_proto_depIdxs = []int32{
 	12, // 13: kjob.v1.JobReply.job:type_name -> kjob.v1.Job
 	13, // 14: kjob.v1.CreateJobs.jobs:type_name -> kjob.v1.CreateJob
 	22, // 15: kjob.v1.CreateJobsReply.replies:type_name -> kjob.v1.JobReply
-	8,  // 16: kjob.v1.ListJobsReply.error:type_name -> kjob.v1.Error
-	12, // 17: kjob.v1.ListJobsReply.jobs:type_name -> kjob.v1.Job
-	8,  // 18: kjob.v1.RunsReply.error:type_name -> kjob.v1.Error
-	27, // 19: kjob.v1.RunsReply.runs:type_name -> kjob.v1.RunRecord
-	6,  // 20: kjob.v1.RunRecord.outcome:type_name -> kjob.v1.Outcome
-	8,  // 21: kjob.v1.DeadLettersReply.error:type_name -> kjob.v1.Error
-	28, // 22: kjob.v1.DeadLettersReply.letters:type_name -> kjob.v1.DeadLetter
-	8,  // 23: kjob.v1.DeadLetterReply.error:type_name -> kjob.v1.Error
-	28, // 24: kjob.v1.DeadLetterReply.letter:type_name -> kjob.v1.DeadLetter
-	9,  // 25: kjob.v1.Dispatch.reply_to:type_name -> kjob.v1.Ref
-	6,  // 26: kjob.v1.RunResult.outcome:type_name -> kjob.v1.Outcome
-	9,  // 27: kjob.v1.RunResult.worker:type_name -> kjob.v1.Ref
-	9,  // 28: kjob.v1.ShardLoad.pid:type_name -> kjob.v1.Ref
-	9,  // 29: kjob.v1.ServerHeartbeat.server:type_name -> kjob.v1.Ref
-	38, // 30: kjob.v1.ServerHeartbeat.shards:type_name -> kjob.v1.ShardLoad
-	43, // 31: kjob.v1.ServerHeartbeat.known:type_name -> kjob.v1.RouteEntry
-	9,  // 32: kjob.v1.WorkerInfo.ref:type_name -> kjob.v1.Ref
-	40, // 33: kjob.v1.WorkerHeartbeat.worker:type_name -> kjob.v1.WorkerInfo
-	9,  // 34: kjob.v1.RouteEntry.owner:type_name -> kjob.v1.Ref
-	40, // 35: kjob.v1.AppWorkers.workers:type_name -> kjob.v1.WorkerInfo
-	43, // 36: kjob.v1.RouteTable.routes:type_name -> kjob.v1.RouteEntry
-	44, // 37: kjob.v1.RouteTable.apps:type_name -> kjob.v1.AppWorkers
-	8,  // 38: kjob.v1.RouteTable.error:type_name -> kjob.v1.Error
-	9,  // 39: kjob.v1.RouteTable.nameserver:type_name -> kjob.v1.Ref
-	9,  // 40: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
-	9,  // 41: kjob.v1.AssignShard.nameserver:type_name -> kjob.v1.Ref
-	9,  // 42: kjob.v1.MoveShard.target:type_name -> kjob.v1.Ref
-	8,  // 43: kjob.v1.ImportShardReply.error:type_name -> kjob.v1.Error
-	38, // 44: kjob.v1.ImportShardReply.shard:type_name -> kjob.v1.ShardLoad
-	38, // 45: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
-	8,  // 46: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
-	8,  // 47: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
-	38, // 48: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
-	8,  // 49: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
-	56, // 50: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
-	58, // 51: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
-	57, // 52: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
-	9,  // 53: kjob.v1.ShardMeta.target:type_name -> kjob.v1.Ref
-	62, // 54: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
-	12, // 55: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
-	64, // 56: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
-	28, // 57: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
-	27, // 58: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
-	66, // 59: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
-	60, // [60:60] is the sub-list for method output_type
-	60, // [60:60] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	38, // 16: kjob.v1.Dispatches.dispatches:type_name -> kjob.v1.Dispatch
+	40, // 17: kjob.v1.ResultAcks.acks:type_name -> kjob.v1.ResultAck
+	39, // 18: kjob.v1.RunResults.results:type_name -> kjob.v1.RunResult
+	8,  // 19: kjob.v1.ListJobsReply.error:type_name -> kjob.v1.Error
+	12, // 20: kjob.v1.ListJobsReply.jobs:type_name -> kjob.v1.Job
+	8,  // 21: kjob.v1.RunsReply.error:type_name -> kjob.v1.Error
+	30, // 22: kjob.v1.RunsReply.runs:type_name -> kjob.v1.RunRecord
+	6,  // 23: kjob.v1.RunRecord.outcome:type_name -> kjob.v1.Outcome
+	8,  // 24: kjob.v1.DeadLettersReply.error:type_name -> kjob.v1.Error
+	31, // 25: kjob.v1.DeadLettersReply.letters:type_name -> kjob.v1.DeadLetter
+	8,  // 26: kjob.v1.DeadLetterReply.error:type_name -> kjob.v1.Error
+	31, // 27: kjob.v1.DeadLetterReply.letter:type_name -> kjob.v1.DeadLetter
+	9,  // 28: kjob.v1.Dispatch.reply_to:type_name -> kjob.v1.Ref
+	6,  // 29: kjob.v1.RunResult.outcome:type_name -> kjob.v1.Outcome
+	9,  // 30: kjob.v1.RunResult.worker:type_name -> kjob.v1.Ref
+	9,  // 31: kjob.v1.ShardLoad.pid:type_name -> kjob.v1.Ref
+	9,  // 32: kjob.v1.ServerHeartbeat.server:type_name -> kjob.v1.Ref
+	41, // 33: kjob.v1.ServerHeartbeat.shards:type_name -> kjob.v1.ShardLoad
+	46, // 34: kjob.v1.ServerHeartbeat.known:type_name -> kjob.v1.RouteEntry
+	9,  // 35: kjob.v1.WorkerInfo.ref:type_name -> kjob.v1.Ref
+	43, // 36: kjob.v1.WorkerHeartbeat.worker:type_name -> kjob.v1.WorkerInfo
+	9,  // 37: kjob.v1.RouteEntry.owner:type_name -> kjob.v1.Ref
+	43, // 38: kjob.v1.AppWorkers.workers:type_name -> kjob.v1.WorkerInfo
+	46, // 39: kjob.v1.RouteTable.routes:type_name -> kjob.v1.RouteEntry
+	47, // 40: kjob.v1.RouteTable.apps:type_name -> kjob.v1.AppWorkers
+	8,  // 41: kjob.v1.RouteTable.error:type_name -> kjob.v1.Error
+	9,  // 42: kjob.v1.RouteTable.nameserver:type_name -> kjob.v1.Ref
+	9,  // 43: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
+	9,  // 44: kjob.v1.AssignShard.nameserver:type_name -> kjob.v1.Ref
+	9,  // 45: kjob.v1.MoveShard.target:type_name -> kjob.v1.Ref
+	8,  // 46: kjob.v1.ImportShardReply.error:type_name -> kjob.v1.Error
+	41, // 47: kjob.v1.ImportShardReply.shard:type_name -> kjob.v1.ShardLoad
+	41, // 48: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
+	8,  // 49: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
+	8,  // 50: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
+	41, // 51: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
+	8,  // 52: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
+	59, // 53: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
+	61, // 54: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
+	60, // 55: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
+	9,  // 56: kjob.v1.ShardMeta.target:type_name -> kjob.v1.Ref
+	65, // 57: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
+	12, // 58: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
+	67, // 59: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
+	31, // 60: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
+	30, // 61: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
+	69, // 62: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
+	63, // [63:63] is the sub-list for method output_type
+	63, // [63:63] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_kjob_proto_init() }
@@ -5437,7 +5589,7 @@ func file_kjob_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kjob_proto_rawDesc), len(file_kjob_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   59,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -82,6 +82,7 @@ type Actor struct {
 	obs           observer // metrics and debug logs (metrics.go)
 	dur           durableMark
 	durFailLogged bool
+	out           outbox // dispatches and acks of this step, by worker (batch.go)
 }
 
 // durableMark coalesces the journal's durability callbacks into at most one durable
@@ -144,7 +145,10 @@ func nowMs() int64 { return time.Now().UnixMilli() }
 // Receive turns actor messages into core inputs.
 func (a *Actor) Receive(ctx actor.Context) {
 	a.ctx = ctx
-	defer func() { a.ctx = nil }()
+	defer func() {
+		a.out.flush(ctx)
+		a.ctx = nil
+	}()
 	now := nowMs()
 	switch m := ctx.Message().(type) {
 	case *actor.Stopping:
@@ -300,5 +304,10 @@ func (a *Actor) Recorded(types []messages.RecordType, ms []proto.Message) {
 // Send implements Env.
 func (a *Actor) Send(to *messages.Ref, m proto.Message) {
 	a.obs.sent(a, to, m)
-	a.ctx.Send(actor.NewPID(to.Address, to.Id), m)
+	switch m.(type) {
+	case *messages.Dispatch, *messages.ResultAck:
+		a.out.add(to, m) // sent when this message is handled, with the rest for that worker
+	default:
+		a.ctx.Send(actor.NewPID(to.Address, to.Id), m)
+	}
 }

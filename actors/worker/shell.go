@@ -41,6 +41,9 @@ type finished struct {
 }
 type resendTick struct{}
 
+// sendResults makes the actor send the results it holds (see Actor.send).
+type sendResults struct{}
+
 // Actor is the proto.actor shell of a worker: it receives Dispatch messages.
 type Actor struct {
 	core     *core.Core
@@ -51,6 +54,17 @@ type Actor struct {
 	ctx      actor.Context
 	stop     chan struct{}
 	clock0   time.Time // the core's clock is milliseconds since then (monotonic)
+
+	// Results wait here, by shard, until the messages already in the mailbox are
+	// handled: a sendResults the actor sends itself with the first one comes after
+	// them, and then the results ready meanwhile go as one RunResults per shard.
+	out     []resultsTo
+	outSent bool // a sendResults is on its way
+}
+
+type resultsTo struct {
+	to  *messages.Ref
+	res []*messages.RunResult
 }
 
 // NewActor makes a worker shell. onRun (may be nil) is called after each executed run.
@@ -87,16 +101,12 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		close(a.stop)
 	case *messages.Dispatch:
-		act, res := a.core.Dispatch(m)
-		switch act {
-		case core.Start:
-			a.start(m)
-		case core.Resend:
-			a.send(m.ReplyTo, res)
-		case core.Refuse:
-			a.send(m.ReplyTo, &messages.RunResult{RunId: m.RunId, JobId: m.JobId, Shard: m.Shard, Epoch: m.Epoch,
-				Attempt: m.Attempt, DueMs: m.DueMs, Outcome: messages.Outcome_REFUSED, WorkerId: a.id,
-				Error: fmt.Sprintf("worker %s queue is full (%d queued)", a.id, a.core.Capacity()*core.QueuePerSlot)})
+		a.dispatch(m)
+	case *messages.Dispatches:
+		for _, d := range m.Dispatches {
+			if d != nil {
+				a.dispatch(d)
+			}
 		}
 	case *finished:
 		if d := a.core.Latest(m.res.RunId, m.res.Attempt); d != nil && d.Epoch > m.res.Epoch {
@@ -109,6 +119,29 @@ func (a *Actor) Receive(ctx actor.Context) {
 		a.send(m.to, m.res)
 	case *messages.ResultAck:
 		a.core.Acked(m.RunId)
+	case *messages.ResultAcks:
+		for _, k := range m.Acks {
+			if k != nil {
+				a.core.Acked(k.RunId)
+			}
+		}
+	case *sendResults:
+		a.outSent = false
+		for i := range a.out {
+			o := &a.out[i]
+			pid := actor.NewPID(o.to.Address, o.to.Id)
+			for len(o.res) > 0 {
+				n := min(len(o.res), resultBatchMax)
+				if n == 1 {
+					ctx.Send(pid, o.res[0])
+				} else {
+					ctx.Send(pid, &messages.RunResults{Results: o.res[:n:n]})
+				}
+				o.res = o.res[n:]
+			}
+		}
+		clear(a.out)
+		a.out = a.out[:0]
 	case *resendTick:
 		rs, to := a.core.Unacked(a.nowMs())
 		for i := range rs {
@@ -117,11 +150,39 @@ func (a *Actor) Receive(ctx actor.Context) {
 	}
 }
 
+// resultBatchMax bounds a RunResults (a result carries at most an error text).
+const resultBatchMax = 512
+
+func (a *Actor) dispatch(m *messages.Dispatch) {
+	act, res := a.core.Dispatch(m)
+	switch act {
+	case core.Start:
+		a.start(m)
+	case core.Resend:
+		a.send(m.ReplyTo, res)
+	case core.Refuse:
+		a.send(m.ReplyTo, &messages.RunResult{RunId: m.RunId, JobId: m.JobId, Shard: m.Shard, Epoch: m.Epoch,
+			Attempt: m.Attempt, DueMs: m.DueMs, Outcome: messages.Outcome_REFUSED, WorkerId: a.id,
+			Error: fmt.Sprintf("worker %s queue is full (%d queued)", a.id, a.core.Capacity()*core.QueuePerSlot)})
+	}
+}
+
+// send queues result m for the shard to (see Actor.out).
 func (a *Actor) send(to *messages.Ref, m *messages.RunResult) {
 	if to == nil {
 		return
 	}
-	a.ctx.Send(actor.NewPID(to.Address, to.Id), m)
+	if !a.outSent {
+		a.outSent = true
+		a.ctx.Send(a.ctx.Self(), &sendResults{})
+	}
+	for i := range a.out {
+		if o := &a.out[i]; o.to == to || (o.to.Address == to.Address && o.to.Id == to.Id) {
+			o.res = append(o.res, m)
+			return
+		}
+	}
+	a.out = append(a.out, resultsTo{to: to, res: []*messages.RunResult{m}})
 }
 
 func (a *Actor) start(d *messages.Dispatch) {

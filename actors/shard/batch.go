@@ -1,0 +1,100 @@
+package shard
+
+import (
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kjob/kjob/messages"
+)
+
+// outbox batches what a shard sends to its workers. One step of the shard (one
+// message handled: a journal flush made durable, a tick, a batch of results) often
+// releases many dispatches, and acks for many results, to the same few workers: each
+// sent alone cost a remote envelope, a serialization and a turn of the worker's
+// mailbox. They are collected here while the message is handled and sent at its end,
+// per worker, in order: consecutive dispatches as one Dispatches, consecutive acks
+// as one ResultAcks (a lone one goes as itself). The worker handles each element as
+// if it came alone. Replies to clients are not held.
+type outbox struct {
+	dests []outDest
+}
+
+type outDest struct {
+	to   *messages.Ref
+	msgs []proto.Message
+}
+
+// Bounds of one batch: a dispatch carries up to 64 KiB of params.
+const (
+	outBatchMax      = 512
+	outBatchMaxBytes = 8 << 20
+)
+
+func (o *outbox) add(to *messages.Ref, m proto.Message) {
+	for i := range o.dests {
+		if d := &o.dests[i]; d.to == to || (d.to.Address == to.Address && d.to.Id == to.Id) {
+			d.msgs = append(d.msgs, m)
+			return
+		}
+	}
+	o.dests = append(o.dests, outDest{to: to, msgs: []proto.Message{m}})
+}
+
+func (o *outbox) flush(ctx actor.Context) {
+	if len(o.dests) > 0 {
+		o.each(func(to *messages.Ref, m proto.Message) { ctx.Send(actor.NewPID(to.Address, to.Id), m) })
+	}
+}
+
+// each hands every message to send, batched, and empties the outbox.
+func (o *outbox) each(send func(to *messages.Ref, m proto.Message)) {
+	for i := range o.dests {
+		d := &o.dests[i]
+		for len(d.msgs) > 0 {
+			n := runLength(d.msgs)
+			if n == 1 {
+				send(d.to, d.msgs[0])
+			} else {
+				send(d.to, batchOf(d.msgs[:n]))
+			}
+			clear(d.msgs[:n])
+			d.msgs = d.msgs[n:]
+		}
+	}
+	clear(o.dests)
+	o.dests = o.dests[:0]
+}
+
+// runLength is how many messages from the start of ms go in one batch: of one kind,
+// within the bounds.
+func runLength(ms []proto.Message) int {
+	_, dispatch := ms[0].(*messages.Dispatch)
+	size := 0
+	for n, m := range ms {
+		d, isD := m.(*messages.Dispatch)
+		if isD != dispatch || n == outBatchMax {
+			return n
+		}
+		if isD {
+			if size += len(d.Params); size > outBatchMaxBytes && n > 0 {
+				return n
+			}
+		}
+	}
+	return len(ms)
+}
+
+func batchOf(ms []proto.Message) proto.Message {
+	if _, ok := ms[0].(*messages.Dispatch); ok {
+		b := &messages.Dispatches{Dispatches: make([]*messages.Dispatch, len(ms))}
+		for i, m := range ms {
+			b.Dispatches[i] = m.(*messages.Dispatch)
+		}
+		return b
+	}
+	b := &messages.ResultAcks{Acks: make([]*messages.ResultAck, len(ms))}
+	for i, m := range ms {
+		b.Acks[i] = m.(*messages.ResultAck)
+	}
+	return b
+}

@@ -404,8 +404,11 @@ func crashScenario(t *testing.T, bin string, p *probe, point string) {
 			point, shard, finalEpoch, final, crashSettleTimeout, serving(), st, err)
 	}
 	t.Logf("%s %s: one active owner, %s at epoch %d", at(), point, final, finalEpoch)
-	if stale && !strings.Contains(procs[dst].logText(), "moved on since") {
-		fail("%s: the returning source's old import never reached %s (the case under test did not happen)", point, dst)
+	// The returning source resends its old import once it has recovered and its
+	// handoff retry comes round (shard.HandoffRetry), which may be after the owner
+	// settled: wait for it.
+	if stale && !eventually(crashSettleTimeout, func() bool { return strings.Contains(procs[dst].logText(), "moved on since") }) {
+		fail("%s: the returning source's old import never reached %s within %s (the case under test did not happen)", point, dst, crashSettleTimeout)
 	}
 	time.Sleep(time.Second) // the stream keeps creating against the new owner for a while
 	stopStream()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -48,6 +49,8 @@ import (
 //	                     its journal rebuilds (a transition that was not journaled)
 //	timer-stuck, fire-stuck, slow-op, liveness-*, no-progress
 //	                     once faults stop, progress resumes within the bounds
+//	balance              (Config.CheckBalance) once settled, a move the NameServer's
+//	                     strategy wants stays undone for BalanceBoundMs
 type checker struct {
 	s       *Sim
 	jobs    map[int64]*jobModel
@@ -57,6 +60,10 @@ type checker struct {
 	// next (-1: a fixed-delay job whose next due is set when its run finishes).
 	expect   map[int64]int64
 	settleAt int64
+	// the balance check's state (balanceTick)
+	balNS    *nsHost
+	balMoves int64
+	balWant  int64 // since when the strategy has wanted a move (0: it wants none)
 	acked    int64 // calls acknowledged after settling
 	// calls maps a client's reply address to its call, so a shard's input can be
 	// tied to the call it belongs to (every attempt has its own address).
@@ -879,6 +886,46 @@ func (k *checker) final() {
 	}
 	if len(k.s.clients) > 0 && k.acked == 0 {
 		k.failf("no-progress", "no client call was acknowledged in the %d ms after the cluster settled", k.s.now-k.settleAt)
+		return
+	}
+}
+
+// balanceTick is the balance check (Config.CheckBalance), once a second after
+// the cluster settled: a move the NameServer's strategy wants (its bound broken:
+// a server above twice the least loaded one, with a shard whose move narrows the
+// gap) must not stay wanted for BalanceBoundMs while no move completes. Loads
+// keep shifting (splits, the workload), so a wanted move is fine; one left
+// undone is not.
+func (k *checker) balanceTick() {
+	ns := k.s.ns
+	if ns == nil || !ns.core.Complete(ns.srv.now()) || k.s.now > k.s.end-QuietMs {
+		k.balWant = 0
+		return
+	}
+	if ns != k.balNS || ns.core.MovesDone() != k.balMoves {
+		k.balNS, k.balMoves, k.balWant = ns, ns.core.MovesDone(), 0
+	}
+	mv, ok := ns.core.WantedMove(ns.srv.now())
+	if !ok {
+		k.balWant = 0
+		return
+	}
+	if k.balWant == 0 {
+		k.balWant = k.s.now
+		return
+	}
+	if k.s.now-k.balWant > BalanceBoundMs {
+		st := ns.core.Status(ns.srv.now())
+		var loads []string
+		for _, sv := range st.Servers {
+			var f int64
+			for _, sh := range sv.Shards {
+				f += sh.FiresWindow
+			}
+			loads = append(loads, fmt.Sprintf("%s=%d", sv.ServerId, f))
+		}
+		k.failf("balance", "the strategy has wanted a move for %d ms with none done (now %s from %s to %s; fires in window: %s; %d moves done by this NameServer)",
+			k.s.now-k.balWant, mv.Shard, mv.From, mv.To, strings.Join(loads, " "), ns.core.MovesDone())
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	nscore "github.com/kjob/kjob/actors/nameserver/core"
 	shardcore "github.com/kjob/kjob/actors/shard/core"
 )
 
@@ -236,7 +237,22 @@ type Config struct {
 	Trace io.Writer
 	// TailLines is how many trace lines a failure report carries (0: DefaultTailLines).
 	TailLines int
+	// CheckBalance adds the balance check once settled: a move the NameServer's
+	// strategy wants must be done within BalanceBoundMs. It is meant for runs
+	// with room for moves after the heal (BalanceRunMs), so the default sweep
+	// leaves it off.
+	CheckBalance bool
 }
+
+// BalanceRunMs and BalanceHealMs shape a run for CheckBalance: faults for the
+// first 20 s, then 100 s without, room for several moves and their cooldowns.
+const (
+	BalanceRunMs  = 120_000
+	BalanceHealMs = 20_000
+	// BalanceBoundMs is how long a wanted move may stay undone: the move
+	// cooldown, a split in between (SplitCooldownMs), a handoff and heartbeats.
+	BalanceBoundMs = nscore.MoveCooldownMs + 2*nscore.SplitCooldownMs + 5_000
+)
 
 // DefaultConfig is the configuration of `kjob sim --seed seed`: every fault kind.
 func DefaultConfig(seed uint64) Config {
@@ -266,6 +282,9 @@ func (c Config) ReplayCommand() string {
 	}
 	if c.Quirks != 0 {
 		cmd += " --quirks " + c.Quirks.String()
+	}
+	if c.CheckBalance {
+		cmd += " --check-balance"
 	}
 	m := c.Mutations
 	if m.AckBeforeDurable {

@@ -282,6 +282,9 @@ func (s *Sim) build() {
 		s.settled = true
 		s.tracef("settled: liveness checks on")
 		s.chk.settle()
+		if s.cfg.CheckBalance {
+			s.every(1_000, 0, func() bool { s.chk.balanceTick(); return s.fail == nil })
+		}
 	})
 	if s.cfg.Faults != 0 {
 		s.after(s.between(1000, 3000), s.chaos)

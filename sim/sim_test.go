@@ -295,7 +295,7 @@ func TestRegressions(t *testing.T) {
 	}
 }
 
-// parseRegression reads "seed expect [faults=…] [quirks=…] [mutate=…]…".
+// parseRegression reads "seed expect [faults=…] [quirks=…] [mutate=…] [balance]…".
 func parseRegression(fields []string) (Config, string, error) {
 	if len(fields) < 2 {
 		return Config{}, "", fmt.Errorf("want: seed expect [faults=…] [quirks=…] [mutate=…]")
@@ -314,6 +314,8 @@ func parseRegression(fields []string) (Config, string, error) {
 			cfg.Quirks, err = ParseQuirks(v)
 		case "mutate":
 			err = ParseMutation(v, &cfg.Mutations)
+		case "balance": // a long run with the balance check (as TestBalanceAfterFaults)
+			cfg.DurationMs, cfg.HealMs, cfg.CheckBalance = BalanceRunMs, BalanceHealMs, true
 		default:
 			err = fmt.Errorf("unknown option %q", opt)
 		}
@@ -361,4 +363,38 @@ func TestStepsReproduce(t *testing.T) {
 	if !strings.Contains(f.Error(), "kjob sim --seed 1 --faults all --mutate fire-early=1 --steps") {
 		t.Errorf("failure report lacks its replay command:\n%s", f.Error())
 	}
+}
+
+// balanceSeeds is how many seeds TestBalanceAfterFaults runs (each a 120 s run).
+const balanceSeeds = 40
+
+// TestBalanceAfterFaults runs long runs with every fault for their first 20 s and
+// checks, besides every other invariant, that the NameServer's strategy has no
+// move left on its final picture: the balance is back within the strategy's
+// bound (highest server at most twice the lowest, or no move that narrows the gap).
+func TestBalanceAfterFaults(t *testing.T) {
+	n := balanceSeeds
+	if testing.Short() {
+		n = 8
+	}
+	start := time.Now()
+	var total Stats
+	results := runSeeds(n, func(i int) Config {
+		c := DefaultConfig(*sweepFrom + uint64(i))
+		c.DurationMs, c.HealMs, c.CheckBalance = BalanceRunMs, BalanceHealMs, true
+		return c
+	})
+	failed := 0
+	for _, r := range results {
+		add(&total, r.Stats)
+		if f := r.Failure; f != nil {
+			failed++
+			t.Errorf("%s", f.Error())
+			if failed >= 100 {
+				t.Fatalf("stopping after %d failures", failed)
+			}
+		}
+	}
+	t.Logf("%d balance runs in %v: %d moves done (%d ordered by the NameServer), %d splits",
+		n, time.Since(start).Round(time.Millisecond), total.MovesDone, total.MoveOrders, total.SplitsDone)
 }

@@ -23,6 +23,7 @@ func simCmd() *cobra.Command {
 		trace            bool
 		duration, healAt time.Duration
 		tailLines        int
+		checkBalance     bool
 	)
 	c := &cobra.Command{
 		Use:   "sim",
@@ -36,7 +37,9 @@ failure prints its seed, step, the tail of its trace and the command to replay i
   kjob sim --seed 42                    one run, summary
   kjob sim --seed 42 --trace            and every event
   kjob sim --seed 1 --seeds 1000        a sweep of seeds 1..1000
-  kjob sim --seed 7 --faults loss,crash --mutate fire-early=1`,
+  kjob sim --seed 7 --faults loss,crash --mutate fire-early=1
+  kjob sim --seed 1 --seeds 100 --duration 120s --heal 20s --check-balance
+                                        long runs that also check the balancer`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -49,7 +52,7 @@ failure prints its seed, step, the tail of its trace and the command to replay i
 				return err
 			}
 			base := sim.Config{Steps: steps, DurationMs: duration.Milliseconds(), HealMs: healAt.Milliseconds(),
-				Faults: fs, Quirks: qs, TailLines: tailLines}
+				Faults: fs, Quirks: qs, TailLines: tailLines, CheckBalance: checkBalance}
 			for _, m := range mutate {
 				if err := sim.ParseMutation(m, &base.Mutations); err != nil {
 					return err
@@ -101,6 +104,7 @@ failure prints its seed, step, the tail of its trace and the command to replay i
 	c.Flags().BoolVar(&trace, "trace", false, "print every trace line")
 	c.Flags().DurationVar(&duration, "duration", 0, fmt.Sprintf("virtual length of the run (default %v)", time.Duration(sim.DefaultDurationMs)*time.Millisecond))
 	c.Flags().DurationVar(&healAt, "heal", 0, "virtual time at which faults stop (default 55% of --duration)")
+	c.Flags().BoolVar(&checkBalance, "check-balance", false, "also check that a move the NameServer's strategy wants is done within the bound once settled (for long runs, e.g. --duration 120s --heal 20s)")
 	c.Flags().IntVar(&tailLines, "tail", 0, fmt.Sprintf("trace lines shown with a failure (default %d)", sim.DefaultTailLines))
 	return c
 }

@@ -51,9 +51,11 @@ type pendingAssign struct {
 
 type move struct {
 	Move
-	epoch int64
-	atMs  int64
-	split bool // a split of the shard into its halves on its own server (From == To)
+	epoch  int64
+	atMs   int64
+	split  bool // a split of the shard into its halves on its own server (From == To)
+	order  *messages.MoveShard
+	sentMs int64 // when order was last sent
 }
 
 // Splitting: an app whose live workers exceed Workers per shard, or a shard whose
@@ -76,6 +78,9 @@ type SplitPolicy struct {
 const (
 	MoveCooldownMs = 10_000 // after a move completes, before the next decision
 	MoveTimeoutMs  = 60_000 // a move not confirmed by then is forgotten (its source keeps trying)
+	// MoveResendMs is how long after sending a move order the NameServer waits
+	// before it sends the order again, if its source still shows no sign of it.
+	MoveResendMs = 3 * HeartbeatMs
 	// SplitCooldownMs is the pause after a split settles. Splits cannot flap (a
 	// split is never undone), so it only lets the halves report first.
 	SplitCooldownMs = 2 * HeartbeatMs
@@ -111,6 +116,7 @@ type Core struct {
 	splitsDone   int64
 	lastSplitWhy string
 	lastSplitMs  int64
+	lastWasSplit bool // the last order was a split: a wanted move goes next
 }
 
 // New starts an empty NameServer at nowMs.
@@ -417,12 +423,49 @@ func (c *Core) Tick(nowMs int64, env Env) {
 		}
 	}
 	for sh, mv := range c.moves {
-		if nowMs-mv.atMs > MoveTimeoutMs {
+		// A move whose source or target expired is forgotten at once: a restart
+		// comes back as a new server id (it resumes a handoff from its journal by
+		// itself), and waiting out MoveTimeoutMs would hold every other move back.
+		from, to := c.servers[mv.From], c.servers[mv.To]
+		if nowMs-mv.atMs > MoveTimeoutMs || from == nil || !from.alive || to == nil || !to.alive {
 			delete(c.moves, sh)
 		}
 	}
+	c.resendLostOrders(nowMs, env)
 	c.rebalance(nowMs, env)
 	c.flushPush(nowMs, env)
+}
+
+// resendLostOrders sends a move or split order again when its source, in a
+// heartbeat sent well after the order could have arrived, still reports the
+// shard active and not frozen at the order's epoch: the order was lost (a
+// partition, a dropped message). Without it one lost order would hold every
+// move and split back until MoveTimeoutMs (the simulator's balance check found
+// that). A server ignores an order it is already carrying out, as it must for
+// a duplicated one.
+func (c *Core) resendLostOrders(nowMs int64, env Env) {
+	if len(c.moves) == 0 {
+		return
+	}
+	names := make([]string, 0, len(c.moves))
+	for sh := range c.moves {
+		names = append(names, sh)
+	}
+	sort.Strings(names)
+	for _, sh := range names {
+		mv := c.moves[sh]
+		src := c.servers[mv.From]
+		if mv.order == nil || src == nil || !src.alive || nowMs-mv.sentMs < MoveResendMs || src.lastSeen < mv.sentMs+2*HeartbeatMs {
+			continue
+		}
+		for _, l := range src.hb.GetShards() {
+			if l.Shard == sh && l.Epoch == mv.epoch && !l.Frozen {
+				mv.sentMs = nowMs
+				env.Send(src.hb.Server, mv.order)
+				break
+			}
+		}
+	}
 }
 
 // MovesDone is the number of shard moves completed under this NameServer.
@@ -436,29 +479,49 @@ func (c *Core) rebalance(nowMs int64, env Env) {
 	if !c.Complete(nowMs) || len(c.moves) > 0 || nowMs-c.lastSplitMs < SplitCooldownMs {
 		return
 	}
-	if sp, why, ok := c.splitCandidate(nowMs); ok {
+	r, canMove := c.strategy.(Rebalancer)
+	canMove = canMove && nowMs-c.lastMoveMs >= MoveCooldownMs
+	var mv Move
+	if canMove {
+		mv, canMove = r.Rebalance(c.loads(nowMs), nil)
+	}
+	// Splits come first, but a wanted move goes between two splits: an app that
+	// keeps splitting (a split every SplitCooldownMs) must not keep the balance
+	// from ever being restored (the simulator's balance check found that).
+	if sp, why, ok := c.splitCandidate(nowMs); ok && !(canMove && c.lastWasSplit) {
+		c.lastWasSplit = true
 		rt := c.routes[sp]
 		owner := c.servers[rt.ServerId]
-		c.moves[sp] = &move{Move: Move{Shard: sp, From: rt.ServerId, To: rt.ServerId}, epoch: rt.Epoch, atMs: nowMs, split: true}
+		order := &messages.MoveShard{Shard: sp, Target: owner.hb.Server, Epoch: rt.Epoch, Split: true}
+		c.moves[sp] = &move{Move: Move{Shard: sp, From: rt.ServerId, To: rt.ServerId}, epoch: rt.Epoch, atMs: nowMs, split: true, order: order, sentMs: nowMs}
 		c.lastSplitWhy = why
-		env.Send(owner.hb.Server, &messages.MoveShard{Shard: sp, Target: owner.hb.Server, Epoch: rt.Epoch, Split: true})
+		env.Send(owner.hb.Server, order)
 		return
 	}
-	r, ok := c.strategy.(Rebalancer)
-	if !ok || nowMs-c.lastMoveMs < MoveCooldownMs {
+	if !canMove {
 		return
 	}
-	mv, ok := r.Rebalance(c.loads(nowMs), nil)
-	if !ok {
-		return
-	}
+	c.lastWasSplit = false
 	rt := c.routes[mv.Shard]
 	from, to := c.servers[mv.From], c.servers[mv.To]
 	if rt == nil || from == nil || to == nil || rt.ServerId != mv.From {
 		return
 	}
-	c.moves[mv.Shard] = &move{Move: mv, epoch: rt.Epoch, atMs: nowMs}
-	env.Send(from.hb.Server, &messages.MoveShard{Shard: mv.Shard, Target: to.hb.Server, Epoch: rt.Epoch})
+	order := &messages.MoveShard{Shard: mv.Shard, Target: to.hb.Server, Epoch: rt.Epoch}
+	c.moves[mv.Shard] = &move{Move: mv, epoch: rt.Epoch, atMs: nowMs, order: order, sentMs: nowMs}
+	env.Send(from.hb.Server, order)
+}
+
+// WantedMove is the move the strategy would order now on the NameServer's
+// picture, ignoring moves in flight and the cooldown: ok is false when the
+// balance is within the strategy's bound (or the strategy never moves, or the
+// picture is not complete yet). The simulator checks it once faults stop.
+func (c *Core) WantedMove(nowMs int64) (Move, bool) {
+	r, ok := c.strategy.(Rebalancer)
+	if !ok || !c.Complete(nowMs) {
+		return Move{}, false
+	}
+	return r.Rebalance(c.loads(nowMs), nil)
 }
 
 // LastSplitReason says why the last split was decided ("" before the first).

@@ -1027,18 +1027,34 @@ func (c *Core) checkRouteKey(p *messages.Policy, params []byte) *messages.Error 
 
 // runID names the run of job jobID due at dueMs: "job:due", and "job:due.N" when a
 // run of that name is still in flight (a trigger in the same millisecond as a fire, a
-// due re-armed by an update while its run goes on). The due itself never moves: a run
-// is never dispatched before the time it was due.
+// due re-armed by an update while its run goes on), is in the dead-letter queue, or is
+// in the job's history (an update re-armed a one-shot whose run already ran: the
+// same id would be a second dead letter of one run, and a duplicate a worker drops).
+// The due itself never moves: a run is never dispatched before the time it was due.
 func (c *Core) runID(jobID, dueMs int64) string {
 	base := strconv.FormatInt(jobID, 10) + ":" + strconv.FormatInt(dueMs, 10)
-	if c.runs[base] == nil {
+	if !c.runTaken(jobID, dueMs, base) {
 		return base
 	}
 	for n := 2; ; n++ {
-		if id := base + "." + strconv.Itoa(n); c.runs[id] == nil {
+		if id := base + "." + strconv.Itoa(n); !c.runTaken(jobID, dueMs, id) {
 			return id
 		}
 	}
+}
+
+func (c *Core) runTaken(jobID, dueMs int64, id string) bool {
+	if c.runs[id] != nil || c.dead[id] != nil {
+		return true
+	}
+	if j := c.jobs[jobID]; j != nil {
+		for _, r := range j.history {
+			if r.DueMs == dueMs && r.RunId == id {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (c *Core) traceparent() string {

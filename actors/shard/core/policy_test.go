@@ -689,3 +689,41 @@ func TestRunOfAGoneWorkerIsDispatchedAgain(t *testing.T) {
 	}
 	_ = ds
 }
+
+// An update re-arms a one-shot whose run already ran (here: was dead-lettered) at
+// the same due time. The new run gets a new run id: the old one names a dead
+// letter (a second DEAD_LETTERED of one run would replace it) and is in the
+// worker's dedupe memory (it would drop the new run as a duplicate). Found by the
+// simulator (dead-letter-twice).
+func TestUpdateOfRanOneShotGetsNewRunID(t *testing.T) {
+	c, e := policyCore(1000, Config{}, policyWorker("w1", 4))
+	job := &messages.Job{Id: 7, App: "app", Handler: "h", Policy: &messages.Policy{Attempts: 1},
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 1500}}
+	reply(t, c, e, 1000, &messages.CreateJob{Job: job})
+	ids := map[string]bool{}
+	now := int64(1500)
+	for round := range 3 {
+		ds := tick(c, e, now)
+		if len(ds) != 1 || ds[0].d.DueMs != 1500 || ds[0].d.Attempt != 1 {
+			t.Fatalf("round %d: dispatches %v, want one first attempt due at 1500", round, ds)
+		}
+		id := ds[0].d.RunId
+		if ids[id] {
+			t.Fatalf("round %d: run id %s was used before (%v)", round, id, ids)
+		}
+		ids[id] = true
+		mark := len(e.log)
+		report(c, e, now+10, ds[0], messages.Outcome_FAILED, "boom", now+5)
+		dead := records[*messages.DeadLetter](t, e, mark, messages.RecordType_DEAD_LETTERED)
+		if len(dead) != 1 || dead[0].RunId != id {
+			t.Fatalf("round %d: dead letters %v, want one of run %s", round, dead, id)
+		}
+		if c.DeadLetters() != round+1 {
+			t.Fatalf("round %d: %d dead letters held, want %d", round, c.DeadLetters(), round+1)
+		}
+		now += 100
+		if r := reply(t, c, e, now, &messages.UpdateJob{Job: job}); r.Error != nil || r.Job.NextDueMs != 1500 {
+			t.Fatalf("round %d: update: %v", round, r)
+		}
+	}
+}

@@ -241,3 +241,48 @@ func TestStaleCopyInALastHeartbeatIsNotCounted(t *testing.T) {
 		}
 	}
 }
+
+// A split order that never arrived (its source goes on reporting the shard active
+// and unfrozen at the order's epoch) is sent again after MoveResendMs, not left to
+// hold every move and split back for MoveTimeoutMs; once the source shows the
+// shard frozen the order is not sent again.
+func TestLostMoveOrderIsSentAgain(t *testing.T) {
+	env := &sendLog{}
+	c := New(0, nil)
+	c.SetSplit(SplitPolicy{Fires: 1000, Workers: -1})
+	beat := func(now int64, frozen bool) {
+		l := load("hot/0/0", 1, 5000, "a:1")
+		l.Frozen = frozen
+		c.ServerHeartbeat(now, hb("a:1", l), env)
+	}
+	now := int64(MoveCooldownMs + 1)
+	beat(0, false)
+	beat(now, false)
+	c.Tick(now, env)
+	if mv := moves(env); len(mv) != 1 || !mv[0].Split {
+		t.Fatalf("moves %v, want one split", mv)
+	}
+	// Heartbeats keep saying the shard is active: the order was lost.
+	for at := now + HeartbeatMs; at < now+MoveResendMs; at += HeartbeatMs {
+		beat(at, false)
+		c.Tick(at, env)
+	}
+	if n := len(moves(env)); n != 1 {
+		t.Fatalf("%d orders before MoveResendMs, want 1", n)
+	}
+	at := now + MoveResendMs
+	beat(at, false)
+	c.Tick(at, env)
+	mv := moves(env)
+	if len(mv) != 2 || mv[1].Shard != "hot/0/0" || !mv[1].Split || mv[1].Epoch != 1 {
+		t.Fatalf("orders %v, want the split sent again", mv)
+	}
+	// The source now carries it out (frozen): no more resends.
+	for at := at + HeartbeatMs; at < now+4*MoveResendMs; at += HeartbeatMs {
+		beat(at, true)
+		c.Tick(at, env)
+	}
+	if n := len(moves(env)); n != 2 {
+		t.Fatalf("%d orders while the shard is frozen, want 2", n)
+	}
+}

@@ -482,8 +482,12 @@ func (c *Core) rebalance(nowMs int64, env Env) {
 	r, canMove := c.strategy.(Rebalancer)
 	canMove = canMove && nowMs-c.lastMoveMs >= MoveCooldownMs
 	var mv Move
+	var rt *messages.RouteEntry
+	var from, to *server
 	if canMove {
 		mv, canMove = r.Rebalance(c.loads(nowMs), nil)
+		rt, from, to = c.routes[mv.Shard], c.servers[mv.From], c.servers[mv.To]
+		canMove = canMove && rt != nil && from != nil && to != nil && rt.ServerId == mv.From
 	}
 	// Splits come first, but a wanted move goes between two splits: an app that
 	// keeps splitting (a split every SplitCooldownMs) must not keep the balance
@@ -502,11 +506,6 @@ func (c *Core) rebalance(nowMs int64, env Env) {
 		return
 	}
 	c.lastWasSplit = false
-	rt := c.routes[mv.Shard]
-	from, to := c.servers[mv.From], c.servers[mv.To]
-	if rt == nil || from == nil || to == nil || rt.ServerId != mv.From {
-		return
-	}
 	order := &messages.MoveShard{Shard: mv.Shard, Target: to.hb.Server, Epoch: rt.Epoch}
 	c.moves[mv.Shard] = &move{Move: mv, epoch: rt.Epoch, atMs: nowMs, order: order, sentMs: nowMs}
 	env.Send(from.hb.Server, order)

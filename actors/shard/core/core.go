@@ -1311,14 +1311,27 @@ func (c *Core) misfires(nowMs int64) {
 		case messages.Misfire_FIRE_ALL:
 			pol = schedule.FireAll
 		}
-		fires, next, ok := j.sched.Misfires(j.j.NextDueMs, nowMs, j.j.Runs, pol, MaxMisfireFireAll)
+		// Under FORBID no two runs of the job overlap, and the missed dues would
+		// all start now: fire_all fires the oldest only, as fire_once does; and
+		// with a run from before the downtime still going, even that one is
+		// skipped, as a fire would be, and the history says so.
+		missed := j.j.NextDueMs
+		busy := false
+		if c.concurrency(j) == messages.Concurrency_FORBID {
+			if pol == schedule.FireAll {
+				pol = schedule.FireOnce
+			}
+			if busy = c.runsOf[id] > 0; busy {
+				pol = schedule.Skip
+			}
+		}
+		fires, next, ok := j.sched.Misfires(missed, nowMs, j.j.Runs, pol, MaxMisfireFireAll)
 		if !ok {
 			next = 0
 		}
 		runs := j.j.Runs
-		for i, due := range fires {
+		for _, due := range fires {
 			runs++
-			_ = i
 			c.startRun(j, due, nowMs, true, runs, next, nil, false)
 		}
 		if len(fires) == 0 {
@@ -1326,6 +1339,10 @@ func (c *Core) misfires(nowMs int64) {
 			jj.NextDueMs = next
 			jj.RequestId = 0
 			c.emit(messages.RecordType_JOB_PUT, jj)
+			if busy {
+				c.emit(messages.RecordType_RUN_FINISHED, &messages.RunRecord{RunId: c.runID(id, missed), JobId: id, DueMs: missed,
+					EndMs: nowMs, Outcome: messages.Outcome_SKIPPED, Error: "skipped: concurrency forbid, the previous run has not finished"})
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -448,6 +449,73 @@ func TestMisfireAtRecovery(t *testing.T) {
 			ds = tick(r, e2, tt.nextMs)
 			if len(ds) != 1 || ds[0].d.DueMs != tt.nextMs {
 				t.Fatalf("at the next due %d: %v", tt.nextMs, ds)
+			}
+		})
+	}
+}
+
+// Under FORBID the dues missed during downtime cannot all run, since each would
+// overlap the one before it: fire_all fires only the oldest; and when a run from
+// before the downtime is still going, none fires and the history records the
+// skip. Either way the next due is in the future, as without FORBID.
+func TestMisfireUnderForbid(t *testing.T) {
+	tests := []struct {
+		name     string
+		misfire  messages.Misfire
+		inFlight bool    // run 7:2000 dispatched before the downtime, no result
+		wantDues []int64 // new runs dispatched at recovery
+	}{
+		{"fire_all fires the oldest only", messages.Misfire_FIRE_ALL, false, []int64{2000}},
+		{"fire_once", messages.Misfire_FIRE_ONCE, false, []int64{2000}},
+		{"fire_all with a run going", messages.Misfire_FIRE_ALL, true, nil},
+		{"fire_once with a run going", messages.Misfire_FIRE_ONCE, true, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const nowMs = 7500
+			c, e := policyCore(1000, Config{}, policyWorker("w1", 1000))
+			p := &messages.Policy{Misfire: tt.misfire, Concurrency: messages.Concurrency_FORBID, TimeoutMs: 600_000}
+			reply(t, c, e, 1000, &messages.CreateJob{Job: fixedRateJob(7, 1000, p)})
+			missed := int64(2000)
+			if tt.inFlight {
+				if ds := tick(c, e, 2000); len(ds) != 1 || ds[0].d.RunId != "7:2000" {
+					t.Fatalf("at 2000: %v", ds)
+				}
+				missed = 3000
+			}
+
+			r := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}}, nowMs, 0)
+			for _, rec := range e.log {
+				if err := r.Replay(rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e2 := &fakeEnv{lsn: e.lsn}
+			r.SetWorkers(nowMs, []*messages.WorkerInfo{policyWorker("w1", 1000)}, e2)
+			r.Recovered(nowMs, e.lsn, e2)
+			var dues []int64
+			for _, d := range settle(r, e2) {
+				if d.d.RunId != "7:2000" || !tt.inFlight { // the run going may be sent again
+					dues = append(dues, d.d.DueMs)
+				}
+			}
+			if !slices.Equal(dues, tt.wantDues) {
+				t.Fatalf("new runs due %v dispatched at recovery, want %v", dues, tt.wantDues)
+			}
+			if j := getJob(t, r, e2, nowMs, 7); j.NextDueMs != 8000 {
+				t.Fatalf("next due %d after recovery at %d, want 8000", j.NextDueMs, nowMs)
+			}
+			var skipped []int64
+			for _, rec := range getRuns(t, r, e2, nowMs, 10).Runs {
+				if rec.Outcome == messages.Outcome_SKIPPED {
+					skipped = append(skipped, rec.DueMs)
+				}
+			}
+			if tt.inFlight && !slices.Equal(skipped, []int64{missed}) {
+				t.Fatalf("skipped fires %v in the history, want the missed due %d", skipped, missed)
+			}
+			if !tt.inFlight && len(skipped) != 0 {
+				t.Fatalf("skipped fires %v in the history, want none", skipped)
 			}
 		})
 	}

@@ -468,6 +468,15 @@ func (c *Core) resendLostOrders(nowMs int64, env Env) {
 	}
 }
 
+// sameProcess says whether two server entries are one process: one that restarted
+// under a new server id, its old id not expired yet. A move between them would
+// hand a shard to the server it is on, which servers ignore (the order would only
+// be sent again and again until MoveTimeoutMs, holding every other move back).
+func sameProcess(a, b *server) bool {
+	ra, rb := a.hb.GetServer(), b.hb.GetServer()
+	return ra.GetAddress() == rb.GetAddress() && ra.GetId() == rb.GetId()
+}
+
 // MovesDone is the number of shard moves completed under this NameServer.
 func (c *Core) MovesDone() int64 { return c.movesDone }
 
@@ -487,7 +496,7 @@ func (c *Core) rebalance(nowMs int64, env Env) {
 	if canMove {
 		mv, canMove = r.Rebalance(c.loads(nowMs), nil)
 		rt, from, to = c.routes[mv.Shard], c.servers[mv.From], c.servers[mv.To]
-		canMove = canMove && rt != nil && from != nil && to != nil && rt.ServerId == mv.From
+		canMove = canMove && rt != nil && from != nil && to != nil && rt.ServerId == mv.From && !sameProcess(from, to)
 	}
 	// Splits come first, but a wanted move goes between two splits: an app that
 	// keeps splitting (a split every SplitCooldownMs) must not keep the balance

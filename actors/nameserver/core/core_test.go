@@ -286,3 +286,28 @@ func TestLostMoveOrderIsSentAgain(t *testing.T) {
 		t.Fatalf("%d orders while the shard is frozen, want 2", n)
 	}
 }
+
+// A process that restarted under a new server id has, until its old id expires,
+// two entries with the same actor reference. A move between them would be a move
+// of a shard to the server it is on, which the server ignores: it is never
+// ordered, however unbalanced the two entries look.
+func TestNoMoveBetweenTwoIdsOfOneProcess(t *testing.T) {
+	env := &sendLog{}
+	c := New(0, nil)
+	c.SetSplit(SplitPolicy{Fires: 1 << 40, Workers: -1})
+	beat := func(now int64) {
+		old := hb("a:1", load("hot/0/0", 1, 5000, "a:1"), load("warm/0/0", 1, 3000, "a:1"))
+		old.ServerId = "a:1-old"
+		c.ServerHeartbeat(now, old, env)
+		c.ServerHeartbeat(now, hb("a:1"), env) // the same process, restarted: no shards yet
+	}
+	for now := int64(0); now <= 3*MoveCooldownMs; now += HeartbeatMs {
+		beat(now)
+		c.Tick(now, env)
+	}
+	for _, mv := range moves(env) {
+		if !mv.Split {
+			t.Fatalf("ordered %v: a move of a shard to the process it is on", mv)
+		}
+	}
+}

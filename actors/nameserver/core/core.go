@@ -9,6 +9,8 @@ package core
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -444,15 +446,7 @@ func (c *Core) Tick(nowMs int64, env Env) {
 // that). A server ignores an order it is already carrying out, as it must for
 // a duplicated one.
 func (c *Core) resendLostOrders(nowMs int64, env Env) {
-	if len(c.moves) == 0 {
-		return
-	}
-	names := make([]string, 0, len(c.moves))
-	for sh := range c.moves {
-		names = append(names, sh)
-	}
-	sort.Strings(names)
-	for _, sh := range names {
+	for _, sh := range slices.Sorted(maps.Keys(c.moves)) {
 		mv := c.moves[sh]
 		src := c.servers[mv.From]
 		if mv.order == nil || src == nil || !src.alive || nowMs-mv.sentMs < MoveResendMs || src.lastSeen < mv.sentMs+2*HeartbeatMs {

@@ -27,6 +27,7 @@ import (
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kjob/kjob/actors/dispatch"
 	"github.com/kjob/kjob/actors/nameserver"
 	nscore "github.com/kjob/kjob/actors/nameserver/core"
 	"github.com/kjob/kjob/actors/route"
@@ -238,7 +239,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		// Spawned after the remote started, so its PIDs (and its shards') carry the
 		// real address rather than "nonhost".
 		n.server, err = n.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return n.actor },
-			actor.WithReceiverMiddleware(n.metrics.serverMiddleware)), server.Name)
+			actor.WithReceiverMiddleware(n.metrics.serverMiddleware), actor.WithDispatcher(dispatch.Shared)), server.Name)
 		if err != nil {
 			startErr = err
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kjob/kjob/actors/dispatch"
 	"github.com/kjob/kjob/actors/shard/core"
 	"github.com/kjob/kjob/messages"
 	"github.com/kjob/kjob/persistence"
@@ -108,7 +109,8 @@ func NewActor(c *core.Core, j Journal, log *slog.Logger) *Actor {
 
 // Props returns the props of the shell; recovered says whether to run Recovered.
 func (a *Actor) Props(open bool, durableLSN uint64) *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return &startup{a: a, open: open, lsn: durableLSN} })
+	return actor.PropsFromProducer(func() actor.Actor { return &startup{a: a, open: open, lsn: durableLSN} },
+		actor.WithDispatcher(dispatch.Shared))
 }
 
 type startup struct {

@@ -193,7 +193,12 @@ func (a *Actor) start(d *messages.Dispatch) {
 			Attempt: int(d.Attempt), Traceparent: d.Traceparent, StartMs: time.Now().UnixMilli()}
 		res := &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Shard: d.Shard, Epoch: d.Epoch, Attempt: d.Attempt,
 			DueMs: d.DueMs, StartMs: r.StartMs, WorkerId: a.id, Worker: &messages.Ref{Address: self.Address, Id: self.Id}}
-		a.log.Debug("run started", "run", d.RunId, "attempt", d.Attempt, "handler", d.Handler, "late_ms", r.StartMs-d.DueMs, "traceparent", d.Traceparent)
+		// The arguments of a log call are boxed before the level is checked: at
+		// thousands of runs a second, only when debug is on.
+		debug := a.log.Enabled(context.Background(), slog.LevelDebug)
+		if debug {
+			a.log.Debug("run started", "run", d.RunId, "attempt", d.Attempt, "handler", d.Handler, "late_ms", r.StartMs-d.DueMs, "traceparent", d.Traceparent)
+		}
 		err := a.execute(h, d, r)
 		res.EndMs = time.Now().UnixMilli()
 		switch {
@@ -204,7 +209,9 @@ func (a *Actor) start(d *messages.Dispatch) {
 		default:
 			res.Outcome, res.Error = messages.Outcome_FAILED, err.Error()
 		}
-		a.log.Debug("run finished", "run", d.RunId, "attempt", d.Attempt, "outcome", res.Outcome.String(), "traceparent", d.Traceparent)
+		if debug {
+			a.log.Debug("run finished", "run", d.RunId, "attempt", d.Attempt, "outcome", res.Outcome.String(), "traceparent", d.Traceparent)
+		}
 		if a.onRun != nil {
 			a.onRun(r, res)
 		}

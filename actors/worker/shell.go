@@ -60,6 +60,8 @@ type Actor struct {
 	// them, and then the results ready meanwhile go as one RunResults per shard.
 	out     []resultsTo
 	outSent bool // a sendResults is on its way
+
+	selfRef *messages.Ref // the worker's own reference, shared by every result (never changed)
 }
 
 type resultsTo struct {
@@ -187,12 +189,16 @@ func (a *Actor) send(to *messages.Ref, m *messages.RunResult) {
 
 func (a *Actor) start(d *messages.Dispatch) {
 	self, sys := a.ctx.Self(), a.ctx.ActorSystem()
+	if a.selfRef == nil || a.selfRef.Address != self.Address || a.selfRef.Id != self.Id {
+		a.selfRef = &messages.Ref{Address: self.Address, Id: self.Id}
+	}
+	selfRef := a.selfRef
 	h := a.handlers[d.Handler]
 	go func() {
 		r := &Run{ID: d.RunId, JobID: d.JobId, App: d.App, Handler: d.Handler, Params: d.Params, DueMs: d.DueMs,
 			Attempt: int(d.Attempt), Traceparent: d.Traceparent, StartMs: time.Now().UnixMilli()}
 		res := &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Shard: d.Shard, Epoch: d.Epoch, Attempt: d.Attempt,
-			DueMs: d.DueMs, StartMs: r.StartMs, WorkerId: a.id, Worker: &messages.Ref{Address: self.Address, Id: self.Id}}
+			DueMs: d.DueMs, StartMs: r.StartMs, WorkerId: a.id, Worker: selfRef}
 		// The arguments of a log call are boxed before the level is checked: at
 		// thousands of runs a second, only when debug is on.
 		debug := a.log.Enabled(context.Background(), slog.LevelDebug)

@@ -70,7 +70,8 @@ type Core struct {
 	order      []key    // finished runs, oldest first, for eviction
 	waiting    []*entry // results not acknowledged yet, oldest send first
 	waitingRun map[string]*entry
-	clockMs    int64 // the latest nowMs seen: a clock going back is held here
+	clockMs    int64              // the latest nowMs seen: a clock going back is held here
+	lastSlim   *messages.Dispatch // the latest slim dispatch, whose shard and reply_to the next shares
 }
 
 // New makes a worker core with capacity pool slots.
@@ -100,7 +101,7 @@ func (c *Core) Dispatch(d *messages.Dispatch) (Action, *messages.RunResult) {
 		r := proto.Clone(e.result).(*messages.RunResult)
 		r.Duplicate = true
 		r.Epoch, r.Shard = d.Epoch, d.Shard
-		e.d = d // a new owner may ask: answer where it asks
+		e.d = c.slim(d) // a new owner may ask: answer where it asks
 		return Resend, r
 	}
 	if c.busy < c.capacity {
@@ -117,7 +118,8 @@ func (c *Core) Dispatch(d *messages.Dispatch) (Action, *messages.RunResult) {
 }
 
 // Latest is the dispatch of run/attempt to answer: the one from the newest owner
-// that asked for it (nil when unknown).
+// that asked for it (nil when unknown). Once the run finished, it holds only where
+// to answer (see slim).
 func (c *Core) Latest(runID string, attempt int32) *messages.Dispatch {
 	if e := c.seen[key{runID, attempt}]; e != nil {
 		return e.d
@@ -131,6 +133,7 @@ func (c *Core) Finished(nowMs int64, r *messages.RunResult) *messages.Dispatch {
 	k := key{r.RunId, r.Attempt}
 	if e := c.seen[k]; e != nil {
 		e.result = r
+		e.d = c.slim(e.d)
 		c.order = append(c.order, k)
 		if !e.waiting { // (a run finishes once: waiting already would be a second report)
 			e.sentMs = nowMs
@@ -196,6 +199,25 @@ func (c *Core) Unacked(nowMs int64) (rs []*messages.RunResult, to []*messages.Re
 		c.waiting = append(c.waiting, e)
 	}
 	return rs, to
+}
+
+// slim is what a finished run keeps of its dispatch: where and at which epoch to
+// answer. A remembered run (RememberRuns of them) kept the whole dispatch, its
+// params (up to the params limit each), trace and names, for nothing; runs in a
+// row usually come from one shard, so its name and reference are shared.
+func (c *Core) slim(d *messages.Dispatch) *messages.Dispatch {
+	s := &messages.Dispatch{RunId: d.RunId, JobId: d.JobId, Attempt: d.Attempt, DueMs: d.DueMs,
+		Shard: d.Shard, Epoch: d.Epoch, ReplyTo: d.ReplyTo}
+	if p := c.lastSlim; p != nil {
+		if p.Shard == s.Shard {
+			s.Shard = p.Shard
+		}
+		if p.ReplyTo != nil && s.ReplyTo != nil && p.ReplyTo.Address == s.ReplyTo.Address && p.ReplyTo.Id == s.ReplyTo.Id {
+			s.ReplyTo = p.ReplyTo
+		}
+	}
+	c.lastSlim = s
+	return s
 }
 
 // wait puts a finished run's result among those waiting for an ack.

@@ -321,3 +321,48 @@ func TestUnackedModel(t *testing.T) {
 		}
 	})
 }
+
+// A finished run remembers where to answer, not its dispatch: no params, no trace,
+// and runs from one shard share its name and reference. The answers still go to
+// the newest owner at its epoch.
+func TestFinishedRunKeepsOnlyWhereToAnswer(t *testing.T) {
+	c := New(4)
+	var ds []*messages.Dispatch
+	for _, run := range []string{"a", "b"} {
+		d := disp(run, 1, 7, "s")
+		d.Params, d.Traceparent, d.Handler, d.App = make([]byte, 4096), "00-trace-01", "h", "app"
+		ds = append(ds, d)
+		c.Dispatch(d)
+		c.Finished(0, &messages.RunResult{RunId: run, Attempt: 1, Epoch: 7})
+	}
+	a, b := c.Latest("a", 1), c.Latest("b", 1)
+	for _, d := range []*messages.Dispatch{a, b} {
+		if d == ds[0] || d == ds[1] || d.Params != nil || d.Traceparent != "" || d.Handler != "" || d.App != "" {
+			t.Fatalf("finished run keeps %v, want only where to answer", d)
+		}
+		if d.Epoch != 7 || d.Shard != "app/0/0" || d.ReplyTo.GetAddress() != "s" || d.Attempt != 1 {
+			t.Fatalf("finished run keeps %v: lost where to answer", d)
+		}
+	}
+	if a.ReplyTo != b.ReplyTo {
+		t.Fatal("two runs of one shard keep two references to it")
+	}
+	rs, to := c.Unacked(ResultResendMs)
+	if len(rs) != 2 || to[0].Address != "s" || rs[0].Epoch != 7 || rs[0].Shard != "app/0/0" {
+		t.Fatalf("resent %v to %v, want both runs to s at epoch 7", rs, to)
+	}
+	// A new owner asks again: the result goes there, and the run keeps the new owner.
+	act, r := c.Dispatch(disp("a", 1, 9, "new"))
+	if act != Resend || r.Epoch != 9 {
+		t.Fatalf("re-dispatch after finishing: %v %v, want a resend at epoch 9", act, r)
+	}
+	if d := c.Latest("a", 1); d.Epoch != 9 || d.ReplyTo.GetAddress() != "new" || d.Params != nil {
+		t.Fatalf("after the new owner asked: %v", d)
+	}
+	rs, to = c.Unacked(2 * ResultResendMs)
+	for i := range rs {
+		if rs[i].RunId == "a" && (to[i].Address != "new" || rs[i].Epoch != 9) {
+			t.Fatalf("a resent to %v at epoch %d, want the new owner at 9", to[i], rs[i].Epoch)
+		}
+	}
+}

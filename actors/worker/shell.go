@@ -24,6 +24,10 @@ type Run struct {
 	Attempt     int
 	Traceparent string
 	StartMs     int64
+	// DispatchedMs is when the owning shard sent this attempt, on its clock (the
+	// Dispatch's dispatched_ms): DispatchedMs - DueMs is how late the shard fired it,
+	// StartMs - DispatchedMs the journal commit, transport and worker queue after.
+	DispatchedMs int64
 }
 
 // HandlerFunc handles one run; a returned error fails the run (it is retried along
@@ -196,7 +200,7 @@ func (a *Actor) start(d *messages.Dispatch) {
 	h := a.handlers[d.Handler]
 	go func() {
 		r := &Run{ID: d.RunId, JobID: d.JobId, App: d.App, Handler: d.Handler, Params: d.Params, DueMs: d.DueMs,
-			Attempt: int(d.Attempt), Traceparent: d.Traceparent, StartMs: time.Now().UnixMilli()}
+			Attempt: int(d.Attempt), Traceparent: d.Traceparent, StartMs: time.Now().UnixMilli(), DispatchedMs: d.DispatchedMs}
 		res := &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Shard: d.Shard, Epoch: d.Epoch, Attempt: d.Attempt,
 			DueMs: d.DueMs, StartMs: r.StartMs, WorkerId: a.id, Worker: selfRef}
 		// The arguments of a log call are boxed before the level is checked: at

@@ -126,20 +126,25 @@ type BenchCreate struct {
 
 // BenchFire is the fire scenario: N one-shot jobs due evenly over a window.
 type BenchFire struct {
-	N              int       `json:"n"`
-	OfferedPerSec  float64   `json:"offered_per_sec"`
-	WindowSeconds  float64   `json:"window_seconds"`
-	CreatePerSec   float64   `json:"create_acks_per_sec"`
-	CreatedLate    int       `json:"created_after_due"`
-	Fired          int       `json:"fired"`
-	Missing        int       `json:"missing"`
-	Duplicates     int       `json:"duplicates"`
-	Early          int       `json:"early"`
-	Retried        int       `json:"retried"` // the first handler start was a later attempt (the first was refused or lost)
-	Lateness       BenchDist `json:"lateness"`
-	FiresPerSec    float64   `json:"fires_per_sec"`
-	FiresPerSecMax float64   `json:"fires_per_sec_max_1s"`
-	CreateErrors   int       `json:"create_errors"`
+	N             int       `json:"n"`
+	OfferedPerSec float64   `json:"offered_per_sec"`
+	WindowSeconds float64   `json:"window_seconds"`
+	CreatePerSec  float64   `json:"create_acks_per_sec"`
+	CreatedLate   int       `json:"created_after_due"`
+	Fired         int       `json:"fired"`
+	Missing       int       `json:"missing"`
+	Duplicates    int       `json:"duplicates"`
+	Early         int       `json:"early"`
+	Retried       int       `json:"retried"` // the first handler start was a later attempt (the first was refused or lost)
+	Lateness      BenchDist `json:"lateness"`
+	// Lateness split where the shard sent each run (its dispatched_ms, whole ms): due
+	// to the shard's dispatch (the timer, the shard's mailbox), and dispatch to handler
+	// start (the journal commit the dispatch waits for, transport, the worker's queue).
+	ShardLateness    BenchDist `json:"shard_lateness"`
+	DeliveryLateness BenchDist `json:"dispatch_to_start"`
+	FiresPerSec      float64   `json:"fires_per_sec"`
+	FiresPerSecMax   float64   `json:"fires_per_sec_max_1s"`
+	CreateErrors     int       `json:"create_errors"`
 }
 
 // BenchRecover is the recover scenario: restart a node holding N pending jobs.
@@ -647,6 +652,7 @@ type fireRecorder struct {
 	count   []atomic.Int32 // executions per job index
 	lateNs  []atomic.Int64 // first execution's lateness, by job index
 	startNs []atomic.Int64 // first execution's handler start, by job index
+	sentNs  []atomic.Int64 // first execution's dispatch by the shard (dispatched_ms), by job index
 	fired   atomic.Int64
 	dups    atomic.Int64
 	early   atomic.Int64
@@ -656,7 +662,8 @@ type fireRecorder struct {
 }
 
 func newFireRecorder(n int) *fireRecorder {
-	return &fireRecorder{count: make([]atomic.Int32, n), lateNs: make([]atomic.Int64, n), startNs: make([]atomic.Int64, n)}
+	return &fireRecorder{count: make([]atomic.Int32, n), lateNs: make([]atomic.Int64, n), startNs: make([]atomic.Int64, n),
+		sentNs: make([]atomic.Int64, n)}
 }
 
 func (r *fireRecorder) handle(_ context.Context, run *cluster.Run) error {
@@ -679,6 +686,7 @@ func (r *fireRecorder) handle(_ context.Context, run *cluster.Run) error {
 	}
 	r.lateNs[i].Store(late)
 	r.startNs[i].Store(now)
+	r.sentNs[i].Store(run.DispatchedMs * int64(time.Millisecond))
 	r.fired.Add(1)
 	if p := r.p.Load(); p != nil {
 		p.add(1)
@@ -746,7 +754,7 @@ func benchFire(ctx context.Context, o benchOpts, e *benchEnv) (*BenchFire, error
 	res := &BenchFire{N: n, OfferedPerSec: float64(o.fireRate), WindowSeconds: float64(dueMs(n-1)-firstDue) / 1000,
 		CreatePerSec: float64(n-cerrs) / createEl.Seconds(), Fired: int(rec.fired.Load()),
 		Duplicates: int(rec.dups.Load()), Early: int(rec.early.Load()), Retried: int(rec.retried.Load()), CreateErrors: cerrs}
-	var lates, starts []int64
+	var lates, starts, shardLates, deliveries []int64
 	for i := range n {
 		if ack[i] > dueMs(i)*int64(time.Millisecond) {
 			res.CreatedLate++
@@ -756,10 +764,14 @@ func benchFire(ctx context.Context, o benchOpts, e *benchEnv) (*BenchFire, error
 		}
 		lates = append(lates, rec.lateNs[i].Load())
 		starts = append(starts, rec.startNs[i].Load())
+		sent := rec.sentNs[i].Load()
+		shardLates = append(shardLates, sent-dueMs(i)*int64(time.Millisecond))
+		deliveries = append(deliveries, rec.startNs[i].Load()-sent)
 	}
 	res.Fired = len(lates)
 	res.Missing = n - cerrs - res.Fired
 	res.Lateness = benchDist(lates)
+	res.ShardLateness, res.DeliveryLateness = benchDist(shardLates), benchDist(deliveries)
 	res.FiresPerSec, res.FiresPerSecMax = benchFireRates(starts)
 	if o.latencyOut != "" {
 		if err := benchWriteSamples(o.latencyOut, lates); err != nil {
@@ -1115,6 +1127,8 @@ func printBench(w io.Writer, r *BenchReport) {
 	if f := r.Fire; f != nil {
 		s := fmt.Sprintf("fire (N=%d at %s/s)", f.N, benchNum(f.OfferedPerSec))
 		row(s, "lateness p50 / p99 / p999 / max", fmt.Sprintf("%.2f / %.2f / %.2f / %.2f ms", f.Lateness.P50Ms, f.Lateness.P99Ms, f.Lateness.P999Ms, f.Lateness.MaxMs))
+		row(s, "  of which due -> shard dispatch p50 / p99 / max", fmt.Sprintf("%.0f / %.0f / %.0f ms (whole ms)", f.ShardLateness.P50Ms, f.ShardLateness.P99Ms, f.ShardLateness.MaxMs))
+		row(s, "  and dispatch -> handler start p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f ms", f.DeliveryLateness.P50Ms, f.DeliveryLateness.P99Ms, f.DeliveryLateness.MaxMs))
 		row(s, "fires/s sustained (peak 1 s)", fmt.Sprintf("%s (%s)", benchNum(f.FiresPerSec), benchNum(f.FiresPerSecMax)))
 		row(s, "fired / missing / duplicate / early / retried", fmt.Sprintf("%d / %d / %d / %d / %d", f.Fired, f.Missing, f.Duplicates, f.Early, f.Retried))
 		row(s, "created after due (of N)", strconv.Itoa(f.CreatedLate))

@@ -56,6 +56,14 @@ func TestBenchShort(t *testing.T) {
 	if f.Early != 0 || f.Lateness.MinMs < 0 {
 		t.Errorf("fire: %d runs started before their due time (min lateness %.3f ms)", f.Early, f.Lateness.MinMs)
 	}
+	// The shard itself never dispatches early (its clock: now >= due), and the
+	// handler starts after the dispatch; the two parts account for the whole.
+	if f.ShardLateness.N != shortFireN || f.ShardLateness.MinMs < 0 || f.DeliveryLateness.N != shortFireN {
+		t.Errorf("fire: lateness split %+v / %+v", f.ShardLateness, f.DeliveryLateness)
+	}
+	if f.ShardLateness.MaxMs > f.Lateness.MaxMs+1 {
+		t.Errorf("fire: the shard dispatched %.0f ms late, later than any handler start (%.3f ms)", f.ShardLateness.MaxMs, f.Lateness.MaxMs)
+	}
 	if f.Lateness.N != shortFireN || f.FiresPerSec <= 0 {
 		t.Errorf("fire: lateness %+v, fires/s %.0f", f.Lateness, f.FiresPerSec)
 	}

@@ -25,8 +25,9 @@ type Run struct {
 	Traceparent string
 	StartMs     int64
 	// DispatchedMs is when the owning shard sent this attempt, on its clock (the
-	// Dispatch's dispatched_ms): DispatchedMs - DueMs is how late the shard fired it,
-	// StartMs - DispatchedMs the journal commit, transport and worker queue after.
+	// Dispatch's dispatched_ms; a dispatch a full worker refused and the shard sent
+	// again carries the resend's time): DispatchedMs - DueMs is how late the shard sent
+	// it, StartMs - DispatchedMs the journal commit, transport and worker queue after.
 	DispatchedMs int64
 }
 

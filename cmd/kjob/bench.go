@@ -137,9 +137,10 @@ type BenchFire struct {
 	Early         int       `json:"early"`
 	Retried       int       `json:"retried"` // the first handler start was a later attempt (the first was refused or lost)
 	Lateness      BenchDist `json:"lateness"`
-	// Lateness split where the shard sent each run (its dispatched_ms, whole ms): due
-	// to the shard's dispatch (the timer, the shard's mailbox), and dispatch to handler
-	// start (the journal commit the dispatch waits for, transport, the worker's queue).
+	// Lateness split where the shard sent the attempt that ran (its dispatched_ms, whole
+	// ms): due to the shard's dispatch (the timer, the shard's mailbox, and any resends
+	// of a dispatch a full worker refused), and dispatch to handler start (the journal
+	// commit the dispatch waits for, transport, the worker's queue).
 	ShardLateness    BenchDist `json:"shard_lateness"`
 	DeliveryLateness BenchDist `json:"dispatch_to_start"`
 	FiresPerSec      float64   `json:"fires_per_sec"`

@@ -278,7 +278,7 @@ type shardGauges struct {
 	shards map[string]*shardEntry
 	seq    uint64
 
-	jobs, pending, backlog, inFlight, dead, failed, count *prometheus.Desc
+	jobs, pending, backlog, inFlight, held, dead, failed, count *prometheus.Desc
 }
 
 type shardEntry struct {
@@ -294,6 +294,7 @@ func newShardGauges() *shardGauges {
 		pending:  prometheus.NewDesc("kjob_pending_jobs", "Jobs of a shard with a next fire time.", l, nil),
 		backlog:  prometheus.NewDesc("kjob_backlog_runs", "Runs of a shard that are due but not yet dispatched (no live worker, or waiting for the journal).", l, nil),
 		inFlight: prometheus.NewDesc("kjob_runs_in_flight", "Runs of a shard dispatched and not finished, or waiting on the retry ladder.", l, nil),
+		held:     prometheus.NewDesc("kjob_runs_held", "Runs of a shard that are due and wait in the shard for a worker with room (each worker has as many of the shard's runs as it queues before refusing).", l, nil),
 		dead:     prometheus.NewDesc("kjob_dead_letters", "Size of a shard's dead-letter queue.", l, nil),
 		failed:   prometheus.NewDesc("kjob_shard_failed", "1 when a shard stopped serving because its journal failed.", l, nil),
 		count:    prometheus.NewDesc("kjob_shards", "Shards hosted by this node.", nil, nil),
@@ -317,7 +318,7 @@ func (s *shardGauges) add(app, name string, read func() shard.Gauges) func() {
 
 // Describe implements prometheus.Collector.
 func (s *shardGauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{s.jobs, s.pending, s.backlog, s.inFlight, s.dead, s.failed, s.count} {
+	for _, d := range []*prometheus.Desc{s.jobs, s.pending, s.backlog, s.inFlight, s.held, s.dead, s.failed, s.count} {
 		ch <- d
 	}
 }
@@ -337,7 +338,7 @@ func (s *shardGauges) Collect(ch chan<- prometheus.Metric) {
 			d *prometheus.Desc
 			v float64
 		}{{s.jobs, float64(g.Jobs)}, {s.pending, float64(g.Pending)}, {s.backlog, float64(g.Backlog)},
-			{s.inFlight, float64(g.InFlight)}, {s.dead, float64(g.DeadLetters)}, {s.failed, b2f(g.Failed)}} {
+			{s.inFlight, float64(g.InFlight)}, {s.held, float64(g.Held)}, {s.dead, float64(g.DeadLetters)}, {s.failed, b2f(g.Failed)}} {
 			ch <- prometheus.MustNewConstMetric(x.d, prometheus.GaugeValue, x.v, e.app, name)
 		}
 	}

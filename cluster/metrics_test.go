@@ -94,6 +94,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 		{"kjob_pending_jobs", orders, 1, 1}, // the job an hour away
 		{"kjob_jobs", orders, runs + 2, runs + 2},
 		{"kjob_runs_in_flight", orders, 0, 0},
+		{"kjob_runs_held", orders, 0, 0},
 		{"kjob_backlog_runs", orders, 0, 0},
 		{"kjob_backlog_runs", map[string]string{"app": "lonely"}, 1, 1},
 		{"kjob_shards", nil, 2, 2},

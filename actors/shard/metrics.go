@@ -23,6 +23,7 @@ type Gauges struct {
 	Pending     int64 // jobs with a next fire time
 	Backlog     int64 // runs due and journaled but not yet sent to a worker (none live, or waiting for the journal)
 	InFlight    int64 // runs dispatched or waiting on the retry ladder
+	Held        int64 // runs due and waiting for a worker with credit (every worker has CreditPerSlot per slot of this shard's runs)
 	DeadLetters int64 // size of the dead-letter queue
 	Failed      bool  // the journal failed: the shard stopped serving
 }
@@ -60,8 +61,8 @@ type observer struct {
 	lastRun     string
 	lastAttempt int32
 	g           struct {
-		jobs, pending, backlog, inFlight, dead atomic.Int64
-		failed                                 atomic.Bool
+		jobs, pending, backlog, inFlight, held, dead atomic.Int64
+		failed                                       atomic.Bool
 	}
 }
 
@@ -70,7 +71,7 @@ func (a *Actor) SetSink(s Sink) { a.obs.sink = s }
 
 func (o *observer) read() Gauges {
 	return Gauges{Jobs: o.g.jobs.Load(), Pending: o.g.pending.Load(), Backlog: o.g.backlog.Load(),
-		InFlight: o.g.inFlight.Load(), DeadLetters: o.g.dead.Load(), Failed: o.g.failed.Load()}
+		InFlight: o.g.inFlight.Load(), Held: o.g.held.Load(), DeadLetters: o.g.dead.Load(), Failed: o.g.failed.Load()}
 }
 
 // started registers the shard's gauges (on the actor's Started).
@@ -105,6 +106,7 @@ func (o *observer) publish(a *Actor) {
 	o.g.pending.Store(int64(c.Pending()))
 	o.g.backlog.Store(int64(len(o.waiting)))
 	o.g.inFlight.Store(int64(c.InFlight()))
+	o.g.held.Store(int64(c.Held()))
 	o.g.dead.Store(int64(c.DeadLetters()))
 	o.g.failed.Store(c.Failed() != nil)
 }

@@ -31,16 +31,27 @@ import (
 
 // Limits and defaults. Each bound is named so an error can say which one was hit.
 const (
-	MaxParamsBytes         = 64 << 10
-	MaxHandlerLen          = 128
-	MaxListLimit           = 1000
-	DefaultListLimit       = 100
-	DefaultTimeoutMs       = 60_000
-	MaxTimeoutMs           = 24 * 3600_000
-	DefaultGraceMs         = 5_000
-	DefaultHistory         = 20
-	NoWorkerRetryMs        = 500
-	RefusedRetryMs         = 20 // a worker refused a dispatch (queue full): try again this soon
+	MaxParamsBytes   = 64 << 10
+	MaxHandlerLen    = 128
+	MaxListLimit     = 1000
+	DefaultListLimit = 100
+	DefaultTimeoutMs = 60_000
+	MaxTimeoutMs     = 24 * 3600_000
+	DefaultGraceMs   = 5_000
+	DefaultHistory   = 20
+	NoWorkerRetryMs  = 500
+	RefusedRetryMs   = 20 // a worker refused a dispatch (queue full): try again this soon
+	// CreditPerSlot bounds the runs one shard has at a worker at once, per slot of
+	// its pool (WorkerInfo.Capacity): the worker queues QueuePerSlot (16) per slot
+	// behind the running ones before it refuses, so a shard that keeps within its
+	// credit is not refused unless other shards fill the same worker. A run over
+	// every worker's credit waits in the shard (held), in order, and goes out when a
+	// result frees a place, instead of a refusal round trip and a retry 20 ms later.
+	CreditPerSlot = 16
+	// HeldRecheckMs is how long a held run waits before the shard counts its runs
+	// per worker again from scratch (so a miscount cannot keep it held) and retries.
+	HeldRecheckMs          = 1_000
+	defaultWorkerCapacity  = 64 // a worker that reports no capacity (the worker's own default)
 	MaxAttempts            = 32
 	DefaultMaxJobs         = 20_000_000
 	FireWindowMs           = 60_000
@@ -164,6 +175,7 @@ type run struct {
 	// handoff, split) often knows no workers yet, and the run must go back to that
 	// worker, which dedupes it, not to another one, which would run it again.
 	sentTo string
+	held   bool // waiting in a held queue for a worker with credit (credit.go)
 }
 
 type outMsg struct {
@@ -194,7 +206,10 @@ type Core struct {
 	workers   []*messages.WorkerInfo
 	known     map[string]*messages.WorkerInfo // every live worker of the app, by id
 	rr        int
-	busy      map[string]int // in-flight per worker id
+	busy      map[string]int       // in-flight per worker id
+	held      heldRuns             // runs waiting for credit at any worker (credit.go)
+	heldAt    map[string]*heldRuns // runs waiting for credit at one worker (consistent hash), by worker id
+	heldN     int                  // runs with held set
 	rng       *rand.Rand
 	live      bool          // opened or recovered: until then inputs only build state
 	handoff   *messages.Ref // the server this shard is being handed to (frozen meanwhile)
@@ -338,6 +353,7 @@ func (c *Core) emit(t messages.RecordType, m proto.Message) {
 
 // flush appends the step's records as one batch, then releases what may be sent.
 func (c *Core) flush(env Env) {
+	c.sendHeld(c.now) // a result, a new worker or a recount may have made room
 	if len(c.pending) > 0 && c.failed == nil {
 		last, err := env.Append(c.pending)
 		if err != nil {
@@ -732,6 +748,10 @@ func (c *Core) dropRun(runID string) {
 	if r.st.WorkerId != "" && c.busy[r.st.WorkerId] > 0 {
 		c.busy[r.st.WorkerId]--
 	}
+	if r.held {
+		r.held = false
+		c.heldN--
+	}
 	delete(c.bySeq, r.seq)
 	delete(c.runs, runID)
 	if c.runsOf[r.st.JobId]--; c.runsOf[r.st.JobId] <= 0 {
@@ -919,6 +939,7 @@ func (c *Core) Tick(nowMs int64, env Env) {
 	}
 	var dueRuns []uint64
 	c.timers.Advance(nowMs, func(_ wheel.Handle, _ int64, payload uint64) { dueRuns = append(dueRuns, payload) })
+	recounted := false
 	for _, s := range dueRuns {
 		r := c.bySeq[s]
 		if r == nil {
@@ -926,6 +947,12 @@ func (c *Core) Tick(nowMs int64, env Env) {
 		}
 		r.handle = 0
 		switch {
+		case r.held: // held a long while: count again, in case a count went wrong
+			if !recounted {
+				c.recount()
+				recounted = true
+			}
+			c.armRun(r, nowMs+HeldRecheckMs) // sendHeld below sends it if it can go now
 		case r.st.Level >= 0: // a retry whose delay is over
 			c.retryNow(r, nowMs)
 		case r.st.WorkerId == "": // no worker was live: try again
@@ -1190,18 +1217,52 @@ func routeKeyValue(params []byte, key string) string {
 	return string(bytes.Trim(m[key], `"`))
 }
 
-// dispatch sends run r to a worker; with none live it waits and tries again.
+// dispatch sends run r to a worker; with none live it waits and tries again; when
+// every worker it may go to has its credit's worth of this shard's runs, it waits
+// in the shard behind the runs that wait already (credit.go).
 func (c *Core) dispatch(r *run, nowMs int64) {
-	if r == nil {
+	if r == nil || r.held {
 		return
 	}
-	ws := c.pickWorkers(r)
+	if c.heldN > 0 && c.pinned(r) == nil && c.route(r) != messages.Route_BROADCAST {
+		if q := c.heldQueue(c.waitsFor(r)); q.len() > 0 {
+			c.hold(r, q, nowMs) // behind the runs that wait already: in order
+			return
+		}
+	}
+	if ok, waitFor := c.place(r, nowMs); !ok {
+		c.hold(r, c.heldQueue(waitFor), nowMs)
+	}
+}
+
+// pinned is the worker r must go to again, if any: one it was sent to before
+// (recovery, handoff) dedupes it, where another one would run it a second time.
+func (c *Core) pinned(r *run) *messages.WorkerInfo {
 	prev := r.st.WorkerId
 	if prev == "" {
 		prev = r.sentTo
 	}
 	if w := c.known[prev]; w != nil && prev != "" && c.route(r) != messages.Route_BROADCAST {
-		ws = []*messages.WorkerInfo{w} // sent before (recovery, handoff): the same worker dedupes it
+		return w
+	}
+	return nil
+}
+
+// place sends r to a worker now, or arms its no-worker retry; false when every
+// worker it may go to is out of credit (the caller holds it, waiting for waitFor:
+// the worker it must go to, or "" for any).
+func (c *Core) place(r *run, nowMs int64) (ok bool, waitFor string) {
+	ws := c.pickWorkers(r)
+	if w := c.pinned(r); w != nil {
+		ws = []*messages.WorkerInfo{w} // not held back: its worker has it already, or had it
+	} else if len(ws) > 0 && c.route(r) != messages.Route_BROADCAST {
+		w := c.withCredit(r, ws[0])
+		if w == nil {
+			return false, c.waitsForPicked(r, ws[0])
+		}
+		if w != ws[0] {
+			ws = []*messages.WorkerInfo{w} // (not in place: pickWorkers may hand out a slice of c.workers)
+		}
 	}
 	if len(ws) == 0 {
 		if r.st.WorkerId != "" {
@@ -1209,7 +1270,7 @@ func (c *Core) dispatch(r *run, nowMs int64) {
 		}
 		r.st.WorkerId = ""
 		c.armRun(r, nowMs+NoWorkerRetryMs)
-		return
+		return true, ""
 	}
 	handler, app := r.st.Handler, r.st.App
 	if j := c.job(r.st.JobId); j != nil {
@@ -1228,6 +1289,7 @@ func (c *Core) dispatch(r *run, nowMs int64) {
 		})
 	}
 	c.armRun(r, r.st.DeadlineMs)
+	return true, ""
 }
 
 // finish records a run's outcome and moves a failure up the retry ladder.

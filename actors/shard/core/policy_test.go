@@ -355,7 +355,9 @@ func TestRoutingLeastBusy(t *testing.T) {
 // value always goes to the same worker whatever the other fields, and different
 // values spread over the workers.
 func TestRoutingConsistentHash(t *testing.T) {
-	c, e := routeRig(t, &messages.Policy{Route: messages.Route_CONSISTENT_HASH, RouteKey: "tenant"})
+	// (Four slots each: none of the 80 runs, which never finish, waits for credit.)
+	c, e := routeRig(t, &messages.Policy{Route: messages.Route_CONSISTENT_HASH, RouteKey: "tenant"},
+		policyWorker("w1", 4), policyWorker("w2", 4), policyWorker("w3", 4))
 	now := int64(2000)
 	workerOf := func(params string) string {
 		t.Helper()

@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -176,14 +177,15 @@ type BenchMemory struct {
 
 func benchCmd() *cobra.Command {
 	var (
-		o       benchOpts
-		scen    string
-		short   bool
-		jsonOut bool
-		quiet   bool
-		syncPol string
-		cpuProf string
-		memProf string
+		o        benchOpts
+		scen     string
+		short    bool
+		jsonOut  bool
+		quiet    bool
+		syncPol  string
+		cpuProf  string
+		traceOut string
+		memProf  string
 	)
 	c := &cobra.Command{
 		Use:   "bench",
@@ -253,6 +255,17 @@ measure the node). Every figure is wall-clock on whatever else the machine runs.
 				}
 				defer pprof.StopCPUProfile()
 			}
+			if traceOut != "" {
+				f, err := os.Create(traceOut)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := trace.Start(f); err != nil {
+					return err
+				}
+				defer trace.Stop()
+			}
 			if memProf != "" {
 				o.memProfile = memProf
 				defer func() {
@@ -293,6 +306,7 @@ measure the node). Every figure is wall-clock on whatever else the machine runs.
 	f.BoolVar(&o.noBatch, "no-batch", false, "the client sends every create alone (no CreateJobs batches): the baseline of batching")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar on stderr")
 	f.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (node, client and worker) to this file")
+	f.StringVar(&traceOut, "trace", "", "write an execution trace of the whole run to this file (go tool trace; large: use a small N)")
 	f.StringVar(&memProf, "memprofile", "", "write a heap profile to this file: when the memory scenario measures, else at the end")
 	return c
 }

@@ -47,7 +47,8 @@ type (
 // if that is more: taking a snapshot costs in proportion to the jobs (freezing them
 // stalls the actor about 0.15 µs a job, encoding and writing them takes about 1 µs a
 // job off it), so a fixed cadence would make a large shard spend ever more of its
-// time snapshotting. Recovery replays at most that many records after the snapshot.
+// time snapshotting. Recovery replays at most that many records after the snapshot
+// (SnapshotDeferFactor times as many when the shard was busy throughout).
 const (
 	SnapshotEveryRecords  = 200_000
 	SnapshotRecordsPerJob = 2
@@ -55,11 +56,41 @@ const (
 	// on its own goroutine (a few milliseconds at most), so that it is written when
 	// TakeSnapshot has been handled; a larger one hands that to a goroutine.
 	SnapshotInlineJobs = 4096
+	// SnapshotQuietMs and SnapshotDeferFactor: a due snapshot waits while the shard is
+	// busy — a job of it is due within SnapshotQuietMs, or runs are held for want of
+	// worker credit — so that a burst of fires is not stalled by the freeze and slowed
+	// by the encoding's CPU and garbage (a collection mid-burst); it waits at most until
+	// SnapshotDeferFactor times the cadence has been appended, so under a load that
+	// never pauses recovery still replays a bounded number of records.
+	SnapshotQuietMs     = 1000
+	SnapshotDeferFactor = 2
 )
 
-// snapshotDue reports whether enough has been appended since the last snapshot.
-func (a *Actor) snapshotDue() bool {
-	return a.core.AppliedLSN()-a.lastSnap >= max(SnapshotEveryRecords, SnapshotRecordsPerJob*uint64(a.core.Jobs()))
+// snapshotDue reports whether the shard should snapshot now: enough has been appended
+// since the last snapshot, and the shard is not busy or has deferred it long enough.
+func (a *Actor) snapshotDue(now int64) bool {
+	every := max(SnapshotEveryRecords, SnapshotRecordsPerJob*uint64(a.core.Jobs()))
+	since := a.core.AppliedLSN() - a.lastSnap
+	if since < every {
+		return false // the common case: no look at the wheel
+	}
+	return snapshotNow(since, every, a.busy(now))
+}
+
+// snapshotNow is the cadence: since records appended since the last snapshot, every
+// the records between snapshots, busy whether the shard has fires at hand.
+func snapshotNow(since, every uint64, busy bool) bool {
+	return since >= every && (!busy || since >= SnapshotDeferFactor*every)
+}
+
+// busy reports whether the shard has fires at hand: a job due within SnapshotQuietMs
+// of now, or runs held until a worker has room.
+func (a *Actor) busy(now int64) bool {
+	if a.core.Held() > 0 {
+		return true
+	}
+	due, ok := a.core.NextDue()
+	return ok && due <= now+SnapshotQuietMs
 }
 
 // Actor is the proto.actor shell around Core.
@@ -214,7 +245,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 		a.loadAt = now
 		a.loadv.Store(a.load(now))
 	}
-	if a.snapshotDue() {
+	if a.snapshotDue(now) {
 		a.snapshot()
 	}
 	a.obs.publish(a)

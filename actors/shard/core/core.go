@@ -312,6 +312,10 @@ func (c *Core) Quiescent() bool { return c.appended == c.durable && len(c.pendin
 // AppliedLSN is the last LSN whose record is reflected in the state.
 func (c *Core) AppliedLSN() uint64 { return c.appended }
 
+// NextDue is the earliest next due time among the shard's jobs; ok is false when
+// none is scheduled.
+func (c *Core) NextDue() (int64, bool) { return c.due.NextDue() }
+
 // NextWake is when the core next needs Tick; ok is false when it needs none.
 func (c *Core) NextWake() (int64, bool) {
 	a, okA := c.due.NextDue()

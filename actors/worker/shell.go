@@ -67,6 +67,21 @@ type Actor struct {
 	outSent bool // a sendResults is on its way
 
 	selfRef *messages.Ref // the worker's own reference, shared by every result (never changed)
+
+	// Handlers run on kept goroutines, started as the number of runs going first
+	// reaches each count, up to the pool's capacity: a new goroutine per run grew its
+	// stack every time (context.WithTimeout alone took it past the initial size), which
+	// cost more CPU than the worker's bookkeeping. runq never blocks a send: what is in
+	// it plus what runs is at most the core's busy count, at most the runners.
+	runq    chan runTask
+	runners int
+}
+
+// runTask is one run for a runner goroutine.
+type runTask struct {
+	d    *messages.Dispatch
+	h    HandlerFunc
+	self *messages.Ref
 }
 
 type resultsTo struct {
@@ -107,6 +122,10 @@ func (a *Actor) Receive(ctx actor.Context) {
 		}()
 	case *actor.Stopping:
 		close(a.stop)
+		if a.runq != nil {
+			close(a.runq) // runners finish what they hold, then exit
+			a.runq, a.runners = nil, 0
+		}
 	case *messages.Dispatch:
 		a.dispatch(m)
 	case *messages.Dispatches:
@@ -116,14 +135,14 @@ func (a *Actor) Receive(ctx actor.Context) {
 			}
 		}
 	case *finished:
-		if d := a.core.Latest(m.res.RunId, m.res.Attempt); d != nil && d.Epoch > m.res.Epoch {
-			// The shard moved while the handler ran: report to its new owner.
-			m.res.Epoch, m.res.Shard, m.to = d.Epoch, d.Shard, d.ReplyTo
+		next, to := a.core.Finished(a.nowMs(), m.res) // to: the newest owner that asked
+		if to == nil {
+			to = m.to
 		}
-		if next := a.core.Finished(a.nowMs(), m.res); next != nil {
+		if next != nil {
 			a.start(next)
 		}
-		a.send(m.to, m.res)
+		a.send(to, m.res)
 	case *messages.ResultAck:
 		a.core.Acked(m.RunId)
 	case *messages.ResultAcks:
@@ -193,41 +212,59 @@ func (a *Actor) send(to *messages.Ref, m *messages.RunResult) {
 }
 
 func (a *Actor) start(d *messages.Dispatch) {
-	self, sys := a.ctx.Self(), a.ctx.ActorSystem()
+	self := a.ctx.Self()
 	if a.selfRef == nil || a.selfRef.Address != self.Address || a.selfRef.Id != self.Id {
 		a.selfRef = &messages.Ref{Address: self.Address, Id: self.Id}
 	}
-	selfRef := a.selfRef
-	h := a.handlers[d.Handler]
-	go func() {
-		r := &Run{ID: d.RunId, JobID: d.JobId, App: d.App, Handler: d.Handler, Params: d.Params, DueMs: d.DueMs,
-			Attempt: int(d.Attempt), Traceparent: d.Traceparent, StartMs: time.Now().UnixMilli(), DispatchedMs: d.DispatchedMs}
-		res := &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Shard: d.Shard, Epoch: d.Epoch, Attempt: d.Attempt,
-			DueMs: d.DueMs, StartMs: r.StartMs, WorkerId: a.id, Worker: selfRef}
-		// The arguments of a log call are boxed before the level is checked: at
-		// thousands of runs a second, only when debug is on.
-		debug := a.log.Enabled(context.Background(), slog.LevelDebug)
-		if debug {
-			a.log.Debug("run started", "run", d.RunId, "attempt", d.Attempt, "handler", d.Handler, "late_ms", r.StartMs-d.DueMs, "traceparent", d.Traceparent)
-		}
-		err := a.execute(h, d, r)
-		res.EndMs = time.Now().UnixMilli()
-		switch {
-		case err == nil:
-			res.Outcome = messages.Outcome_SUCCEEDED
-		case errors.Is(err, context.DeadlineExceeded):
-			res.Outcome, res.Error = messages.Outcome_TIMED_OUT, err.Error()
-		default:
-			res.Outcome, res.Error = messages.Outcome_FAILED, err.Error()
-		}
-		if debug {
-			a.log.Debug("run finished", "run", d.RunId, "attempt", d.Attempt, "outcome", res.Outcome.String(), "traceparent", d.Traceparent)
-		}
-		if a.onRun != nil {
-			a.onRun(r, res)
-		}
-		sys.Root.Send(self, &finished{res: res, to: d.ReplyTo})
-	}()
+	if a.runq == nil {
+		a.runq = make(chan runTask, a.core.Capacity())
+	}
+	if a.runners < a.core.Busy() {
+		a.runners++
+		go a.runner(a.runq, self, a.ctx.ActorSystem())
+	}
+	a.runq <- runTask{d: d, h: a.handlers[d.Handler], self: a.selfRef}
+}
+
+// runner runs the handlers of the runs it takes from q, one at a time, until q is
+// closed, and tells the actor self each result.
+func (a *Actor) runner(q <-chan runTask, self *actor.PID, sys *actor.ActorSystem) {
+	for t := range q {
+		res := a.run(t)
+		sys.Root.Send(self, &finished{res: res, to: t.d.ReplyTo})
+	}
+}
+
+// run executes one run's handler and makes its result.
+func (a *Actor) run(t runTask) *messages.RunResult {
+	d := t.d
+	r := &Run{ID: d.RunId, JobID: d.JobId, App: d.App, Handler: d.Handler, Params: d.Params, DueMs: d.DueMs,
+		Attempt: int(d.Attempt), Traceparent: d.Traceparent, StartMs: time.Now().UnixMilli(), DispatchedMs: d.DispatchedMs}
+	res := &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Shard: d.Shard, Epoch: d.Epoch, Attempt: d.Attempt,
+		DueMs: d.DueMs, StartMs: r.StartMs, WorkerId: a.id, Worker: t.self}
+	// The arguments of a log call are boxed before the level is checked: at
+	// thousands of runs a second, only when debug is on.
+	debug := a.log.Enabled(context.Background(), slog.LevelDebug)
+	if debug {
+		a.log.Debug("run started", "run", d.RunId, "attempt", d.Attempt, "handler", d.Handler, "late_ms", r.StartMs-d.DueMs, "traceparent", d.Traceparent)
+	}
+	err := a.execute(t.h, d, r)
+	res.EndMs = time.Now().UnixMilli()
+	switch {
+	case err == nil:
+		res.Outcome = messages.Outcome_SUCCEEDED
+	case errors.Is(err, context.DeadlineExceeded):
+		res.Outcome, res.Error = messages.Outcome_TIMED_OUT, err.Error()
+	default:
+		res.Outcome, res.Error = messages.Outcome_FAILED, err.Error()
+	}
+	if debug {
+		a.log.Debug("run finished", "run", d.RunId, "attempt", d.Attempt, "outcome", res.Outcome.String(), "traceparent", d.Traceparent)
+	}
+	if a.onRun != nil {
+		a.onRun(r, res)
+	}
+	return res
 }
 
 func (a *Actor) execute(h HandlerFunc, d *messages.Dispatch, r *Run) (err error) {

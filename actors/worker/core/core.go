@@ -127,11 +127,18 @@ func (c *Core) Latest(runID string, attempt int32) *messages.Dispatch {
 	return nil
 }
 
-// Finished records a run's result and returns the next queued dispatch to start.
-func (c *Core) Finished(nowMs int64, r *messages.RunResult) *messages.Dispatch {
+// Finished records a run's result and returns the next queued dispatch to start,
+// and where to send the result: the newest owner that asked for the run (a handoff
+// while the handler ran moves it; r's epoch and shard are set to that owner's) or,
+// for a run the core does not know, nil (the caller answers where it was sent from).
+func (c *Core) Finished(nowMs int64, r *messages.RunResult) (next *messages.Dispatch, to *messages.Ref) {
 	nowMs = c.clock(nowMs)
 	k := key{r.RunId, r.Attempt}
 	if e := c.seen[k]; e != nil {
+		if e.d.Epoch > r.Epoch { // the shard moved while the handler ran: report to its new owner
+			r.Epoch, r.Shard = e.d.Epoch, e.d.Shard
+		}
+		to = e.d.ReplyTo
 		e.result = r
 		e.d = c.slim(e.d)
 		c.order = append(c.order, k)
@@ -150,10 +157,10 @@ func (c *Core) Finished(nowMs int64, r *messages.RunResult) *messages.Dispatch {
 	if len(c.queue) > 0 {
 		d := c.queue[0]
 		c.queue = c.queue[1:]
-		return d
+		return d, to
 	}
 	c.busy--
-	return nil
+	return nil, to
 }
 
 // Acked marks a result as recorded by its shard: every attempt of runID waiting for

@@ -44,7 +44,10 @@ func TestRunGoingAcrossAHandoffAnswersTheNewOwner(t *testing.T) {
 	if d := c.Latest("r", 1); d.Epoch != 2 {
 		t.Fatalf("a stale dispatch took over: %v", d)
 	}
-	c.Finished(10, &messages.RunResult{RunId: "r", Attempt: 1, Epoch: 2, Outcome: messages.Outcome_SUCCEEDED})
+	res := &messages.RunResult{RunId: "r", Attempt: 1, Epoch: 1, Shard: "old", Outcome: messages.Outcome_SUCCEEDED}
+	if _, to := c.Finished(10, res); to.GetAddress() != "new" || res.Epoch != 2 || res.Shard != disp("r", 1, 2, "new").Shard {
+		t.Fatalf("finished run answers %v at epoch %d shard %q, want the new owner at epoch 2", to, res.Epoch, res.Shard)
+	}
 	if a, r := c.Dispatch(disp("r", 1, 3, "newer")); a != Resend || r.Epoch != 3 {
 		t.Fatalf("after finishing: %v %v, want the result resent at epoch 3", a, r)
 	}
@@ -65,7 +68,7 @@ func TestQueueThenRefuse(t *testing.T) {
 	if a, _ := c.Dispatch(disp("zz", 1, 1, "s")); a != Refuse {
 		t.Fatalf("over the queue: %v, want Refuse", a)
 	}
-	if next := c.Finished(1, &messages.RunResult{RunId: "a", Attempt: 1}); next == nil || next.RunId != "b" {
+	if next, _ := c.Finished(1, &messages.RunResult{RunId: "a", Attempt: 1}); next == nil || next.RunId != "b" {
 		t.Fatalf("next after finishing: %v, want b", next)
 	}
 }
@@ -262,7 +265,7 @@ func TestUnackedModel(t *testing.T) {
 					return strings.Compare(a.run+strconv.Itoa(int(a.attempt)), b.run+strconv.Itoa(int(b.attempt)))
 				})
 				k := rapid.SampledFrom(running).Draw(t, "finish")
-				if next := c.Finished(nowMs, &messages.RunResult{RunId: k.run, Attempt: k.attempt}); next != nil {
+				if next, _ := c.Finished(nowMs, &messages.RunResult{RunId: k.run, Attempt: k.attempt}); next != nil {
 					t.Fatalf("finish %v: started %v from an empty queue", k, next)
 				}
 				runs[k].finished, runs[k].sentMs = true, nowMs

@@ -161,6 +161,28 @@ func TestTenThousandOneShots(t *testing.T) {
 	}
 }
 
+// TestWorkerResultsAreAcknowledged: every result a worker sends is acknowledged by its
+// shard within a moment, so the worker forgets it instead of sending it again every
+// ResultResendMs (a shard that answered the result's sender, which proto.actor's Send
+// leaves empty, never acknowledged one).
+func TestWorkerResultsAreAcknowledged(t *testing.T) {
+	e := start(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 200
+	for i := 0; i < n; i++ {
+		if _, err := e.client.Create(ctx, once(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "200 runs", func() bool { return e.rec.n.Load() >= n })
+	// Well within ResultResendMs (2 s): acks, not resends, empty the worker.
+	waitFor(t, 1500*time.Millisecond, "every result acknowledged", func() bool {
+		st, err := e.worker.Stats(time.Second)
+		return err == nil && st.Unacknowledged == 0 && st.Busy == 0
+	})
+}
+
 // TestCronSecondsAndDelete: a cron job with seconds fires every second; a deleted job
 // never fires.
 func TestCronSecondsAndDelete(t *testing.T) {

@@ -126,6 +126,22 @@ func (w *Worker) Start() error {
 	return nil
 }
 
+// WorkerStats is what a worker has in hand (see Worker.Stats).
+type WorkerStats = worker.Stats
+
+// Stats reports the worker's handlers running, dispatches queued and results not
+// yet acknowledged by their shards.
+func (w *Worker) Stats(timeout time.Duration) (WorkerStats, error) {
+	if !w.started {
+		return WorkerStats{}, &kerr.Error{Code: messages.Code_UNAVAILABLE, Message: "worker not started"}
+	}
+	r, err := w.system.Root.RequestFuture(w.pid, &worker.StatsRequest{}, timeout).Result()
+	if err != nil {
+		return WorkerStats{}, err
+	}
+	return r.(WorkerStats), nil
+}
+
 // heartbeatRetry is how soon a worker heartbeats again when its last heartbeat
 // reached no NameServer.
 const heartbeatRetry = 100 * time.Millisecond

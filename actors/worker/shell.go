@@ -49,6 +49,17 @@ type resendTick struct{}
 // sendResults makes the actor send the results it holds (see Actor.send).
 type sendResults struct{}
 
+// StatsRequest asks the worker actor for its Stats (a local request: the reply is a
+// Stats value, not a protobuf message).
+type StatsRequest struct{}
+
+// Stats is what a worker has in hand.
+type Stats struct {
+	Busy           int // handlers running
+	Queued         int // dispatches waiting for a free handler
+	Unacknowledged int // finished runs whose result no shard has acknowledged yet
+}
+
 // Actor is the proto.actor shell of a worker: it receives Dispatch messages.
 type Actor struct {
 	core     *core.Core
@@ -168,6 +179,8 @@ func (a *Actor) Receive(ctx actor.Context) {
 		}
 		clear(a.out)
 		a.out = a.out[:0]
+	case *StatsRequest:
+		ctx.Respond(Stats{Busy: a.core.Busy(), Queued: a.core.Queued(), Unacknowledged: a.core.Unacknowledged()})
 	case *resendTick:
 		rs, to := a.core.Unacked(a.nowMs())
 		for i := range rs {

@@ -537,6 +537,11 @@ func (c *Core) deadLetters(m proto.Message, nowMs int64) proto.Message {
 // result records a worker's report on a run.
 func (c *Core) result(res *messages.RunResult, from *messages.Ref, nowMs int64) {
 	ack := &messages.ResultAck{RunId: res.RunId}
+	if from == nil {
+		// A worker sends its results without a sender (proto.actor's Send): the ack
+		// goes to the worker the result names, or it would be sent again and again.
+		from = res.Worker
+	}
 	if res.Epoch != c.epoch && !c.cfg.Mutations.SkipEpochCheck {
 		return // a result for another owner's dispatch: the current owner re-dispatches
 	}

@@ -138,6 +138,28 @@ func TestStaleEpochResultIgnored(t *testing.T) {
 	}
 }
 
+// A result that comes without a sender (a worker sends its results with proto.actor's
+// Send) is acknowledged to the worker it names, and so is its duplicate.
+func TestResultWithoutSenderIsAckedToItsWorker(t *testing.T) {
+	c, e := newCore(1000)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 0)}, e)
+	c.Tick(1000, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	res := &messages.RunResult{RunId: "7:1000", JobId: 7, Attempt: 1, Epoch: 1, Outcome: messages.Outcome_SUCCEEDED, WorkerId: "w1", Worker: wref}
+	for i, what := range []string{"the result", "its duplicate"} {
+		c.Handle(1010+int64(i), nil, &messages.RunResults{Results: []*messages.RunResult{res}}, e)
+		c.Durable(e.lsn, nil, e)
+		s := e.take()
+		if len(s) != 1 || s[0].to != wref {
+			t.Fatalf("%s: sent %v, want one ack to the worker", what, s)
+		}
+		if a, ok := s[0].m.(*messages.ResultAck); !ok || a.RunId != "7:1000" {
+			t.Fatalf("%s: sent %v, want the ack of run 7:1000", what, s[0].m)
+		}
+	}
+}
+
 // Replaying the journal rebuilds the state: the dispatched-but-unfinished run goes
 // out again, the delayed job keeps its due time.
 func TestRecoveryRedispatchesAndKeepsDue(t *testing.T) {

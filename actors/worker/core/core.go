@@ -88,6 +88,13 @@ func (c *Core) Busy() int { return c.busy }
 // Capacity is the pool size.
 func (c *Core) Capacity() int { return c.capacity }
 
+// Queued is the number of dispatches waiting for a free pool slot.
+func (c *Core) Queued() int { return len(c.queue) }
+
+// Unacknowledged is the number of runs whose result waits for its shard's ack (and
+// is sent again every ResultResendMs until it comes).
+func (c *Core) Unacknowledged() int { return len(c.waitingRun) }
+
 // Dispatch decides what to do with an incoming dispatch.
 func (c *Core) Dispatch(d *messages.Dispatch) (Action, *messages.RunResult) {
 	k := key{d.RunId, d.Attempt}

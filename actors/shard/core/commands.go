@@ -410,6 +410,26 @@ func (c *Core) list(x *messages.ListJobs) proto.Message {
 		}
 		ids = append(ids, id)
 	}
+	if x.State == messages.JobState_JOB_STATE_UNSPECIFIED || x.State == messages.JobState_DONE { // every packed job is DONE
+		c.packed.each(func(id int64, blob []byte, r packedRef) {
+			if id <= x.AfterId {
+				return
+			}
+			if x.Handler != "" {
+				h := ""
+				if r.named {
+					h = c.cold.handlers[r.handler]
+				} else {
+					jm, _ := unpack(blob)
+					h = jm.Handler
+				}
+				if h != x.Handler {
+					return
+				}
+			}
+			ids = append(ids, id)
+		})
+	}
 	if x.State == messages.JobState_JOB_STATE_UNSPECIFIED || x.State == messages.JobState_ACTIVE { // every compact job is ACTIVE
 		c.cold.each(func(cj *coldJob) {
 			if cj.id > x.AfterId && (x.Handler == "" || c.cold.handlers[cj.handler] == x.Handler) {
@@ -436,6 +456,8 @@ func (c *Core) history(x *messages.GetRuns) proto.Message {
 	var hist []*messages.RunRecord // a compact job has none
 	if j := c.jobs[x.Id]; j != nil {
 		hist = j.history
+	} else if _, h, ok := c.peekPacked(x.Id); ok {
+		hist = h
 	}
 	limit := int(x.Limit)
 	if limit <= 0 || limit > c.cfg.History {

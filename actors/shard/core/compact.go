@@ -299,6 +299,9 @@ func (c *Core) job(id int64) *job {
 	if j := c.jobs[id]; j != nil {
 		return j
 	}
+	if j := c.unpackJob(id); j != nil {
+		return j
+	}
 	if c.cold.len() == 0 {
 		return nil
 	}
@@ -337,6 +340,9 @@ func (c *Core) peek(id int64) *messages.Job {
 	if j := c.jobs[id]; j != nil {
 		return j.j
 	}
+	if jm, _, ok := c.peekPacked(id); ok {
+		return jm
+	}
 	cj, ok := c.cold.get(id)
 	if !ok {
 		return nil
@@ -351,12 +357,15 @@ func (c *Core) has(id int64) bool {
 	if c.jobs[id] != nil {
 		return true
 	}
+	if _, ok := c.packed.idx[id]; ok {
+		return true
+	}
 	_, ok := c.cold.idx.get(id, c.cold.idOf)
 	return ok
 }
 
-// jobCount is the number of jobs, full and compact.
-func (c *Core) jobCount() int { return len(c.jobs) + c.cold.len() }
+// jobCount is the number of jobs, full, packed and compact.
+func (c *Core) jobCount() int { return len(c.jobs) + c.packed.len() + c.cold.len() }
 
 // Compact is the number of jobs kept compact.
 func (c *Core) Compact() int { return c.cold.len() }

@@ -115,7 +115,7 @@ func TestCompactMatchesFull(t *testing.T) {
 func compactMatchesFull(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	mk := func(full bool) (*Core, *fakeEnv) {
-		c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}, FullJobs: full, History: 3}, 1000, 1)
+		c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}, FullJobs: full, History: 3, DoneRetentionMs: 3000}, 1000, 1)
 		e := &fakeEnv{}
 		c.Open(e)
 		c.Durable(e.lsn, nil, e)
@@ -150,7 +150,10 @@ func compactMatchesFull(t *testing.T, seed uint64) {
 	}
 	now := int64(1000)
 	var reqID int64
-	var maxCompact, minFull int
+	var maxCompact, minFull, maxPacked int
+	// Pack in replay at once, not in batches, so replays pack too.
+	defer func(b int) { packBatch = b }(packBatch)
+	packBatch = 1
 	step := func(m proto.Message, both func(c *Core, e *fakeEnv)) {
 		both(cc, ce)
 		both(fc, fe)
@@ -219,6 +222,7 @@ func compactMatchesFull(t *testing.T, seed uint64) {
 		}
 		step(m, func(c *Core, e *fakeEnv) { c.Handle(now, client, proto.Clone(m), e) })
 		maxCompact = max(maxCompact, cc.Compact())
+		maxPacked = max(maxPacked, cc.PackedJobs())
 		if n := cc.Jobs() - cc.Compact(); n > 0 && (minFull == 0 || n < minFull) {
 			minFull = n
 		}
@@ -228,15 +232,15 @@ func compactMatchesFull(t *testing.T, seed uint64) {
 			}
 		}
 	}
-	if minFull == 0 || maxCompact == 0 {
-		t.Fatalf("seed %d: at most %d jobs compact, at least %d full: the mix did not exercise both kinds", seed, maxCompact, minFull)
+	if minFull == 0 || maxCompact == 0 || maxPacked == 0 {
+		t.Fatalf("seed %d: at most %d jobs compact, %d packed, at least %d full: the mix did not exercise every kind", seed, maxCompact, maxPacked, minFull)
 	}
-	if fc.Compact() != 0 {
-		t.Fatalf("FullJobs: %d jobs compact", fc.Compact())
+	if fc.Compact() != 0 || fc.PackedJobs() != 0 {
+		t.Fatalf("FullJobs: %d jobs compact, %d packed", fc.Compact(), fc.PackedJobs())
 	}
 	// Restarts from the journals rebuild the same state on both sides.
 	replay := func(e *fakeEnv, full bool) *Core {
-		c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}, FullJobs: full, History: 3}, now, 1)
+		c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}, FullJobs: full, History: 3, DoneRetentionMs: 3000}, now, 1)
 		for _, r := range e.log {
 			if err := c.Replay(r); err != nil {
 				t.Fatal(err)
@@ -268,7 +272,7 @@ func compactMatchesFull(t *testing.T, seed uint64) {
 	// And so do loads of each side's snapshot, into either kind of shard (a load
 	// leaves a run's fire flag behind, so loads are compared with a load).
 	load := func(snap []byte, full bool) []byte {
-		c := New(Config{Shard: route.Root("app"), FullJobs: full, History: 3}, now, 1)
+		c := New(Config{Shard: route.Root("app"), FullJobs: full, History: 3, DoneRetentionMs: 3000}, now, 1)
 		if err := c.LoadSnapshot(snap, cc.AppliedLSN()); err != nil {
 			t.Fatal(err)
 		}

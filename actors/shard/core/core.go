@@ -193,6 +193,8 @@ type Core struct {
 
 	jobs     map[int64]*job // full jobs; the others are in cold
 	cold     coldStore      // compact jobs (compact.go), and the handler names
+	packed   packedStore    // DONE one-shots with nothing going on (packed.go)
+	packq    []int64        // candidates for packing at the end of the step
 	compiled compiledFor    // create → apply (commands.go)
 	due      *wheel.Wheel   // next fire per job; payload = job id
 	runs     map[string]*run
@@ -372,6 +374,7 @@ func (c *Core) flush(env Env) {
 			}
 		}
 	}
+	c.packDue()
 	c.pending = c.pending[:0]
 	clear(c.pendingM)
 	c.pendingT, c.pendingM = c.pendingT[:0], c.pendingM[:0]
@@ -576,6 +579,9 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		_, jm.Handler, _ = c.cold.handler(jm.Handler)
 		j := c.jobs[jm.Id]
 		if j == nil {
+			j = c.unpackJob(jm.Id) // a new version of a packed job keeps its history
+		}
+		if j == nil {
 			c.dropCold(jm.Id) // a version replayed over a compact one
 			if c.putCold(jm) {
 				c.compiled = compiledFor{}
@@ -602,6 +608,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		id := ref.Id
 		c.reqs.add(ref.RequestId, id, ref.AtMs)
 		c.dropCold(id)
+		c.dropPacked(id)
 		if j := c.jobs[id]; j != nil {
 			if j.handle != 0 {
 				c.due.Cancel(j.handle)
@@ -666,6 +673,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 			} else {
 				c.armExpiry(j)
 			}
+			c.queuePack(rec.JobId)
 		}
 	case messages.RecordType_DEAD_LETTERED:
 		d := m.(*messages.DeadLetter)
@@ -867,6 +875,11 @@ func (c *Core) HandoffImports() []*messages.ImportShard {
 			nLo++
 		}
 	}
+	c.packed.each(func(id int64, _ []byte, _ packedRef) {
+		if lo.ContainsJob(id) {
+			nLo++
+		}
+	})
 	c.cold.each(func(cj *coldJob) {
 		if lo.ContainsJob(cj.id) {
 			nLo++
@@ -930,6 +943,9 @@ func (c *Core) Tick(nowMs int64, env Env) {
 	for _, id := range expired {
 		j := c.jobs[id]
 		if j == nil {
+			j = c.unpackJob(id) // its runs, if any, decide below
+		}
+		if j == nil {
 			continue
 		}
 		j.expiry = 0
@@ -937,6 +953,7 @@ func (c *Core) Tick(nowMs int64, env Env) {
 		case j.j.State != messages.JobState_DONE:
 		case c.runsOf[id] > 0: // a run or retry still going: not yet
 			j.expiry = c.expire.Add(nowMs+expiryRecheckMs, uint64(id))
+			c.queuePack(id) // packed again once nothing goes on
 		default:
 			c.emit(messages.RecordType_JOB_DELETED, &messages.JobRef{Id: id, AtMs: nowMs})
 		}
@@ -1078,7 +1095,7 @@ func (c *Core) runTaken(jobID, dueMs int64, id string) bool {
 	if c.runs[id] != nil || c.dead[id] != nil {
 		return true
 	}
-	if j := c.jobs[jobID]; j != nil {
+	if j := c.job(jobID); j != nil {
 		for _, r := range j.history {
 			if r.DueMs == dueMs && r.RunId == id {
 				return true

@@ -51,6 +51,7 @@ type SnapshotView struct {
 	dead []*messages.DeadLetter
 	reqs []*messages.RequestSeen // copies: the request window, oldest first
 	cold coldView                // the compact jobs, shared copy-on-write
+	pack packedView              // the packed jobs' encodings (never changed)
 	keep func(int64) bool        // which compact jobs belong (nil: all)
 	app  string
 
@@ -78,6 +79,7 @@ func (c *Core) viewOf(sh route.Shard, epoch int64, keep func(int64) bool, share 
 		meta: &messages.ShardMeta{Shard: sh.String(), Epoch: epoch},
 		jobs: make([]jobView, 0, len(c.jobs)),
 		cold: c.cold.view(),
+		pack: c.packedViewOf(in),
 		keep: keep,
 		app:  c.cfg.Shard.App,
 	}
@@ -135,6 +137,7 @@ func (c *Core) viewOf(sh route.Shard, epoch int64, keep func(int64) bool, share 
 // Encode marshals the view (jobs by id, dead letters by run id: the same state
 // always encodes to the same bytes). Safe on any goroutine, once.
 func (v *SnapshotView) Encode() []byte {
+	v.pack.addTo(&v.jobs, &v.hist)
 	slices.SortFunc(v.jobs, func(a, b jobView) int { return cmpInt64(a.j.Id, b.j.Id) })
 	slices.SortFunc(v.dead, func(a, b *messages.DeadLetter) int { return strings.Compare(a.RunId, b.RunId) })
 	s := &messages.ShardSnapshot{Meta: v.meta, Runs: v.runs, Dead: v.dead, Requests: v.reqs,
@@ -273,6 +276,9 @@ func (c *Core) LoadSnapshot(data []byte, lsn uint64) error {
 	}
 	for _, d := range s.Dead {
 		c.dead[d.RunId] = d
+	}
+	for id := range c.jobs { // the DONE one-shots go packed (packed.go)
+		c.queuePack(id)
 	}
 	if len(s.FireWindow) == len(c.fireWin) && len(s.FireWindowSec) == len(c.fireWin) {
 		copy(c.fireWin[:], s.FireWindow)

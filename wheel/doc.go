@@ -59,6 +59,18 @@
 // fires or is cancelled: a stale handle is recognised and never touches
 // another entry.
 //
+// A cascade from level 1 to level 0, the one nearly every timer goes
+// through, does not touch the entries either (storing each one's new
+// position would be a second random access per timer, besides firing it).
+// The entries keep their level-1 positions, and the wheel keeps one array,
+// indexed by level-1 position, of the positions the cascade gave them in
+// level 0. Such a cascade only runs when level 0 is empty, so the level-0
+// entries that do not hold their own position all came from the latest
+// one, and the array has their positions. An entry holds its own position
+// exactly when its slot's element there is its own: a lookup in level 0
+// checks that first and otherwise takes the array's. Compacting a slot
+// stores the exact positions again.
+//
 // # Order and timing guarantees
 //
 //   - Advance(now) fires exactly the entries that were pending when it was
@@ -83,8 +95,9 @@
 // occupied slot it reaches and per entry it fires, plus O(1) per cascade of
 // an entry; an entry is cascaded at most once per level below the one it
 // was inserted at (at most once for a due time within a few minutes, four
-// times for one within two years). Idle time costs nothing. Each is O(slab
-// size).
+// times for one within two years). A cascade from level 1 touches no
+// entry; one from levels 2-4 writes the entry's position, one from above
+// also reads its due time. Idle time costs nothing. Each is O(slab size).
 //
 // # Memory
 //
@@ -94,7 +107,9 @@
 // Slot arrays follow the pending entries: a slot emptied by firing or
 // cascading gives a large array back. Fixed state is about 53 KiB per wheel,
 // plus up to 192 KiB for level 1, allocated 3 KiB (64 slots) at a time as
-// it is used.
+// it is used, plus the level-1 cascade's position array: 4 bytes per
+// element of the level-1 slot cascaded last, kept up to 16 KiB, and given
+// back once level 0 is empty if larger.
 //
 // # Limits
 //

@@ -13,6 +13,7 @@ func (w *Wheel) check() error {
 	}
 	total := 0
 	var levelsSeen uint16
+	movedFrom := make([]int32, len(w.moved)) // entry found through moved[p], or 0
 	for b := int32(0); b < numBuckets; b++ {
 		if b >= 64 && b < l2Base && w.l1[(b-64)>>6] == nil {
 			if w.occupied[b>>6] != 0 {
@@ -39,8 +40,26 @@ func (w *Wheel) check() error {
 			if uint32(el>>32) != uint32(key(e.due)) {
 				return fmt.Errorf("bucket %d: element %d keeps key bits %x, entry due %d", b, pos, el>>32, e.due)
 			}
-			if int(e.loc&posMask) != pos {
-				return fmt.Errorf("bucket %d: entry %d at %d says position %d", b, i, pos, e.loc&posMask)
+			if p := int(e.loc & posMask); p != pos {
+				// Only an entry moved to level 0 by the latest level-1
+				// cascade may be elsewhere, at moved[p]; and as posOf looks
+				// for the entry at p first, its element must not be there.
+				if b >= 64 || p >= len(w.moved) || int(w.moved[p]) != pos {
+					return fmt.Errorf("bucket %d: entry %d at %d says position %d (moved %d)", b, i, pos, p, len(w.moved))
+				}
+				if p < len(bk.els) && elIndex(bk.els[p]) == i {
+					return fmt.Errorf("bucket %d: entry %d at %d and %d", b, i, pos, p)
+				}
+				if j := movedFrom[p]; j != 0 {
+					return fmt.Errorf("entries %d and %d both moved from level-1 position %d", j, i, p)
+				}
+				movedFrom[p] = i
+			}
+			if wb := w.bucketOf(e); wb != b {
+				return fmt.Errorf("bucket %d: entry %d at %d, bucketOf says %d", b, i, pos, wb)
+			}
+			if wpos := w.posOf(b, i, e); wpos != pos {
+				return fmt.Errorf("bucket %d: entry %d at %d, posOf says %d", b, i, pos, wpos)
 			}
 			switch kind := e.loc & kindMask; {
 			case b == firingBucket:
@@ -88,6 +107,9 @@ func (w *Wheel) check() error {
 		if (w.l1sum&(1<<j) != 0) != (w.occupied[1+j] != 0) {
 			return fmt.Errorf("l1sum %x disagrees with level-1 word %d", w.l1sum, j)
 		}
+	}
+	if w.occupied[0] == 0 && cap(w.moved) > movedKeepCap {
+		return fmt.Errorf("level 0 empty, moved keeps %d positions", cap(w.moved))
 	}
 	if levelsSeen != w.levelMask {
 		return fmt.Errorf("levelMask %b, occupied levels %b", w.levelMask, levelsSeen)

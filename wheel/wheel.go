@@ -61,6 +61,10 @@ const (
 	// follows the pending entries rather than their past peak.
 	keepCap = 256
 
+	// movedKeepCap: the same for Wheel.moved (4 bytes an element), given
+	// back when level 0 empties if it grew larger than this (16 KiB).
+	movedKeepCap = 4096
+
 	chunkBits = 10 // 1024 entries (24 KiB) per slab chunk
 	chunkLen  = 1 << chunkBits
 	chunkMask = chunkLen - 1
@@ -164,7 +168,19 @@ func elIndex(el uint64) int32 { return int32(uint32(el)) }
 //     occupied bit of a wheel bucket is set exactly then; levelMask bit l
 //     is set exactly when level l has an occupied bucket;
 //   - an entry's loc names its kind and position: its bucket's element
-//     there holds its index and the low 32 bits of its key;
+//     there holds its index and the low 32 bits of its key; except that
+//     an entry of level 0 whose element is not there was moved to level 0
+//     by the latest level-1 cascade and not touched since: its loc still
+//     holds its position in the level-1 slot it came from, p, and its
+//     element is at moved[p]. (Such an entry cannot be found at p by
+//     accident: an entry's index is at one position of its bucket only.)
+//     A level-1 cascade runs only when level 0 is empty, and moved is
+//     written only by such a cascade (and dropped only when level 0 is
+//     empty), so it stays valid for as long as level 0 holds entries
+//     placed by that cascade. Compaction rewrites positions, so a
+//     compacted bucket holds exact positions only; trimming the
+//     tombstones off a bucket's end moves no live element;
+//   - moved is at most movedKeepCap long when level 0 is empty;
 //   - minOK implies minDue is exact.
 type Wheel struct {
 	chunks []*[chunkLen]entry // slab; chunks never move once allocated
@@ -188,6 +204,11 @@ type Wheel struct {
 	low  [64]bucket
 	l1   [l1Pages]*[64]bucket
 	high [numBuckets - l2Base]bucket
+
+	// moved maps the positions of the level-1 slot cascaded last onto the
+	// positions its entries took in level 0, for the entries the cascade
+	// left unaware of their move (see the invariants and cascade).
+	moved []uint32
 }
 
 // bucket returns bucket b, allocating its page if needed.
@@ -266,13 +287,29 @@ func (w *Wheel) release(i int32, e *entry) {
 	w.count--
 }
 
-// slotOf returns the wheel bucket for key k, given elapsed.
+// slotOf returns the wheel bucket for key k, given elapsed: the slot given
+// by k's digit of the level whose digit holds the highest bit in which k
+// and elapsed differ. It is small enough to inline.
 func (w *Wheel) slotOf(k uint64) int32 {
-	p := uint(bits.Len64((k^w.elapsed)|1) - 1)
-	l := levelOfBit(p)
-	slot := uint(k>>levelShift(l)) & (1<<levelBits(l) - 1)
-	return int32(levelBase(l) + slot)
+	g := &bitSlots[(bits.Len64((k^w.elapsed)|1)-1)&63]
+	return int32(g.base) + int32(k>>g.shift)&int32(g.mask)
 }
+
+// bitSlots[p] describes, for a key whose highest bit differing from
+// elapsed is p, the level whose digit holds bit p: its first bucket, the
+// shift of its digit and the digit's mask.
+var bitSlots = func() (t [64]struct {
+	base, mask uint16
+	shift      uint8
+}) {
+	for p := range t {
+		l := levelOfBit(uint(p))
+		t[p].base = uint16(levelBase(l))
+		t[p].mask = uint16(1<<levelBits(l) - 1)
+		t[p].shift = uint8(levelShift(l))
+	}
+	return t
+}()
 
 // occupy marks wheel bucket b non-empty.
 func (w *Wheel) occupy(b int32) {
@@ -356,6 +393,19 @@ func (w *Wheel) bucketOf(e *entry) int32 {
 	}
 }
 
+// posOf returns the position of entry i (e) in its bucket b: the one its
+// loc names, unless that is a level-0 slot and its element is not there;
+// then a level-1 cascade moved it, and moved has it (see Wheel.moved).
+func (w *Wheel) posOf(b, i int32, e *entry) int {
+	pos := int(e.loc & posMask)
+	if b < 64 {
+		if els := w.low[b].els; pos >= len(els) || elIndex(els[pos]) != i {
+			pos = int(w.moved[pos])
+		}
+	}
+	return pos
+}
+
 // emptied resets bucket b after its last live element left it.
 func (w *Wheel) emptied(b int32) {
 	bk := w.bucket(b)
@@ -367,39 +417,45 @@ func (w *Wheel) emptied(b int32) {
 	bk.head, bk.live, bk.minOK = 0, 0, false
 	if b < numSlots {
 		w.vacate(b)
+		if b < 64 && w.occupied[0] == 0 && cap(w.moved) > movedKeepCap {
+			w.moved = nil // level 0 is empty: no entry needs it
+		}
 	}
 }
 
-// remove takes entry e out of its bucket, leaving a tombstone unless it was
-// the newest element.
-func (w *Wheel) remove(e *entry) {
+// remove takes entry i (e) out of its bucket, leaving a tombstone unless
+// it was the newest element, and compacts the bucket if its tombstones
+// now outnumber its live elements.
+func (w *Wheel) remove(i int32, e *entry) {
 	b := w.bucketOf(e)
+	pos := w.posOf(b, i, e)
 	bk := w.bucket(b)
-	pos := int(e.loc & posMask)
-	bk.live--
-	if bk.live == 0 {
+	live := bk.live - 1
+	if bk.live = live; live == 0 {
 		w.emptied(b)
 		return
 	}
 	if bk.minOK && e.due == bk.minDue {
 		bk.minOK = false
 	}
-	if pos == len(bk.els)-1 {
-		n := pos
-		for n > int(bk.head) && elIndex(bk.els[n-1]) == 0 {
-			n--
+	els, head := bk.els, int(bk.head)
+	n := len(els)
+	if pos == n-1 { // trimmed with the tombstones before it
+		for n = pos; n > head && elIndex(els[n-1]) == 0; n-- {
 		}
-		bk.els = bk.els[:n]
-		return
+		bk.els = els[:n]
+	} else {
+		els[pos] = 0
 	}
-	bk.els[pos] = 0
-	if dead := len(bk.els) - int(bk.head) - int(bk.live); dead > int(bk.live) && dead >= compactSlack && b != w.firing {
+	// Either way live fell by one: the tombstones left may outnumber it.
+	if dead := n - head - int(live); dead > int(live) && dead >= compactSlack && b != w.firing {
 		w.compact(b)
 	}
 }
 
 // compact drops the tombstones of bucket b (which is not being fired),
-// keeping order, and shrinks its array if it is mostly empty.
+// keeping order, and shrinks its array if it is mostly empty. It stores
+// every live entry's new, exact position, so none of them needs moved.
 func (w *Wheel) compact(b int32) {
 	bk := w.bucket(b)
 	els := bk.els
@@ -438,7 +494,7 @@ func (w *Wheel) Cancel(h Handle) bool {
 	if e == nil {
 		return false
 	}
-	w.remove(e)
+	w.remove(i, e)
 	w.release(i, e)
 	return true
 }
@@ -452,7 +508,7 @@ func (w *Wheel) Reschedule(h Handle, dueMs int64) bool {
 	if e == nil {
 		return false
 	}
-	w.remove(e)
+	w.remove(i, e)
 	e.due = dueMs
 	w.place(i, e)
 	return true
@@ -693,10 +749,39 @@ func (w *Wheel) fire(b int32, fn func(h Handle, dueMs int64, payload uint64)) in
 // Up to lowKeyLevel an element's key bits alone place it, and the entry is
 // touched only to store its new position. Those stores, the only random
 // memory accesses, get a tight loop of their own, after the elements are
-// distributed, so that many of their cache misses are in flight at once;
-// they also bring the entries into the cache for when the slot fires.
+// distributed, so that many of their cache misses are in flight at once.
+// From level 1, the most frequent cascade, the entries are not touched at
+// all: their new positions go to moved, by old position, and the entries
+// keep their old ones (see the Wheel invariants). They are read once more,
+// when they fire, or when they are cancelled or moved.
 func (w *Wheel) cascade(b int32, l uint) {
 	src := w.bucket(b).els
+	if l == 1 { // all to level 0, whose slot is the low six bits
+		moved := w.moved
+		if cap(moved) < len(src) { // with room for the next slots, a little larger
+			moved = make([]uint32, len(src), len(src)+len(src)/4)
+		}
+		moved = moved[:len(src)]
+		for p, el := range src {
+			if elIndex(el) != 0 {
+				d := uint32(el>>32) & 63
+				dk := &w.low[d]
+				moved[p] = uint32(len(dk.els))
+				dk.els = append(dk.els, el)
+				w.occupied[0] |= 1 << d
+			}
+		}
+		w.moved = moved
+		for word := w.occupied[0]; word != 0; word &= word - 1 {
+			dk := &w.low[bits.TrailingZeros64(word)]
+			dk.live = int32(len(dk.els)) // a level-0 slot holds one due time: no minimum to keep
+		}
+		if w.occupied[0] != 0 { // it is: an occupied slot has live elements
+			w.levelMask |= 1
+		}
+		w.emptied(b)
+		return
+	}
 	if l > lowKeyLevel {
 		for _, el := range src {
 			if i := elIndex(el); i != 0 {
@@ -710,23 +795,12 @@ func (w *Wheel) cascade(b int32, l uint) {
 	// Every key in the slot agrees with elapsed above levelShift(l), and
 	// elapsed's bits below it are zero.
 	mask := uint32(1)<<levelShift(l) - 1
-	if l == 1 { // all to level 0, whose slot is the low six bits
-		for _, el := range src {
-			if elIndex(el) != 0 {
-				d := uint32(el>>32) & 63
-				dk := &w.low[d]
-				dk.els = append(dk.els, el)
-				w.occupied[0] |= 1 << d
-			}
-		}
-	} else {
-		for _, el := range src {
-			if elIndex(el) != 0 {
-				d := lowSlot(uint32(el>>32) & mask)
-				dk := w.bucket(d)
-				dk.els = append(dk.els, el)
-				w.occupied[d>>6] |= 1 << (d & 63)
-			}
+	for _, el := range src {
+		if elIndex(el) != 0 {
+			d := lowSlot(uint32(el>>32) & mask)
+			dk := w.bucket(d)
+			dk.els = append(dk.els, el)
+			w.occupied[d>>6] |= 1 << (d & 63)
 		}
 	}
 	// The destinations are exactly the occupied slots below level l.

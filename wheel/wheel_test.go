@@ -334,6 +334,26 @@ func TestTombstonesAndCompaction(t *testing.T) {
 	}
 }
 
+// TestCancelNewestCompacts cancels the newest element of a bucket whose
+// tombstones equal its live elements: trimming it leaves them outnumbered,
+// so the bucket must be compacted then too.
+func TestCancelNewestCompacts(t *testing.T) {
+	w := New(0)
+	var hs []Handle
+	for i := range 2*compactSlack + 1 {
+		hs = append(hs, w.Add(1000, uint64(i)))
+	}
+	for _, h := range hs[:compactSlack] {
+		w.Cancel(h)
+		mustCheck(t, w)
+	}
+	for k := len(hs) - 1; k >= len(hs)-3; k-- { // the newest, one by one
+		w.Cancel(hs[k])
+		mustCheck(t, w)
+	}
+	wantPayloads(t, collect(t, w, 1000), 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29)
+}
+
 func TestLevelOnePagesAllocatedOnUse(t *testing.T) {
 	w := New(0)
 	for i := range 1000 {
@@ -576,4 +596,207 @@ func TestLargeRandomOrder(t *testing.T) {
 			t.Fatalf("NextDue %d %v, want %d %v", d, ok, md, mok)
 		}
 	}
+}
+
+// TestCancelAndRescheduleMovedEntries cascades thousands of entries from
+// level-1 slots into level 0, where they keep their level-1 positions (see
+// Wheel.moved), and cancels, reschedules, looks up and adds entries in
+// random order, also from inside Advance, advancing 1 ms at a time and
+// checking the invariants after every operation and the fire order against
+// a sort. A wrong position from moved tombstones the wrong element.
+func TestCancelAndRescheduleMovedEntries(t *testing.T) {
+	seeds := uint64(3)
+	if testing.Short() {
+		seeds = 1
+	}
+	for seed := range seeds {
+		testMovedEntries(t, seed)
+	}
+}
+
+func testMovedEntries(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	const start = 64 * 64 // a level-1 slot of 64 ms, at 4096
+	w := New(0)
+	type item struct {
+		due     int64
+		seq     int // insertion order: Reschedule counts as an insertion
+		payload uint64
+	}
+	live := map[Handle]item{}
+	var handles []Handle
+	seq := 0
+	add := func(due int64) {
+		seq++
+		h := w.Add(due, uint64(seq))
+		live[h] = item{due, seq, uint64(seq)}
+		handles = append(handles, h)
+	}
+	movedOps := 0 // entries found through moved picked for an operation
+	pick := func() (Handle, item, bool) {
+		for range 8 {
+			h := handles[rng.IntN(len(handles))]
+			if it, ok := live[h]; ok {
+				i := int32(uint32(h))
+				e := w.at(i)
+				if b := w.slotOf(key(e.due)); e.loc&kindMask == kindWheel && b < 64 {
+					if els, pos := w.low[b].els, int(e.loc&posMask); pos >= len(els) || elIndex(els[pos]) != i {
+						movedOps++
+					}
+				}
+				return h, it, true
+			}
+		}
+		return 0, item{}, false
+	}
+	// Three level-1 slots from start, in random order; a few cancelled and
+	// rescheduled already, to leave tombstones there.
+	for range 3000 {
+		add(start + rng.Int64N(3*64))
+	}
+	for range 300 {
+		h, _, _ := pick()
+		if rng.IntN(2) == 0 {
+			w.Cancel(h)
+			delete(live, h)
+		} else if it, ok := live[h]; ok {
+			seq++
+			it.due, it.seq = start+rng.Int64N(3*64), seq
+			w.Reschedule(h, it.due)
+			live[h] = it
+		}
+	}
+	mustCheck(t, w)
+
+	var got []fired
+	taken := map[uint64]bool{} // payloads fn cancelled or moved to later
+	var fn func(h Handle, due int64, p uint64)
+	advance := func(now int64) {
+		var exp []item
+		for _, it := range live {
+			if it.due <= now {
+				exp = append(exp, it)
+			}
+		}
+		got = got[:0]
+		clear(taken)
+		if n := w.Advance(now, fn); n != len(got) {
+			t.Fatalf("seed %d: Advance(%d) returned %d, fired %d", seed, now, n, len(got))
+		}
+		mustCheck(t, w)
+		// fn cancels, or moves past now, only entries due after the one
+		// firing: what fires is what was due at the call, less those.
+		slices.SortFunc(exp, func(a, b item) int { return cmp.Or(cmp.Compare(a.due, b.due), cmp.Compare(a.seq, b.seq)) })
+		var want []item
+		for _, it := range exp {
+			if !taken[it.payload] {
+				want = append(want, it)
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("seed %d: Advance(%d) fired %d, want %d", seed, now, len(got), len(want))
+		}
+		for k := range got {
+			if got[k].payload != want[k].payload || got[k].due != want[k].due {
+				t.Fatalf("seed %d: Advance(%d) fire %d is %d due %d, want %d due %d",
+					seed, now, k, got[k].payload, got[k].due, want[k].payload, want[k].due)
+			}
+		}
+	}
+	fn = func(h Handle, due int64, p uint64) {
+		it, ok := live[h]
+		if !ok || it.due != due || it.payload != p {
+			t.Fatalf("seed %d: fired %x due %d payload %d, model has %+v %v", seed, h, due, p, it, ok)
+		}
+		delete(live, h)
+		got = append(got, fired{h, due, p})
+		if rng.IntN(4) == 0 { // cancel or move a later entry, maybe of this slot
+			if h2, it2, ok := pick(); ok && it2.due > due {
+				taken[it2.payload] = true
+				if rng.IntN(2) == 0 {
+					w.Cancel(h2)
+					delete(live, h2)
+				} else {
+					seq++
+					it2.due, it2.seq = w.Now()+1+rng.Int64N(64), seq
+					w.Reschedule(h2, it2.due)
+					live[h2] = it2
+				}
+			}
+		}
+	}
+	advance(start - 1)
+	advance(start) // the cascade
+	moved := 0
+	for b := range w.low {
+		for pos, el := range w.low[b].els {
+			if i := elIndex(el); i != 0 && int(w.at(i).loc&posMask) != pos {
+				moved++
+			}
+		}
+	}
+	if moved < 500 {
+		t.Fatalf("seed %d: only %d entries in level 0 found through moved", seed, moved)
+	}
+
+	now := int64(start)
+	for now < start+4*64 {
+		switch r := rng.IntN(64); {
+		case r < 16:
+			if h, _, ok := pick(); ok {
+				if !w.Cancel(h) {
+					t.Fatalf("seed %d: Cancel(%x) failed", seed, h)
+				}
+				delete(live, h)
+			}
+		case r < 48:
+			if h, it, ok := pick(); ok {
+				seq++
+				switch rng.IntN(4) {
+				case 0: // into level 0, or overdue
+					it.due = now - 1 + rng.Int64N(64)
+				case 1: // further away
+					it.due = now + rng.Int64N(100_000)
+				default: // same due: to the end of its slot
+				}
+				it.seq = seq
+				if !w.Reschedule(h, it.due) {
+					t.Fatalf("seed %d: Reschedule(%x) failed", seed, h)
+				}
+				live[h] = it
+			}
+		case r < 56:
+			add(now + rng.Int64N(64))
+		case r < 63:
+			if h, it, ok := pick(); ok {
+				if due, p, ok := w.Get(h); !ok || due != it.due || p != it.payload {
+					t.Fatalf("seed %d: Get(%x) = %d %d %v, want %+v", seed, h, due, p, ok, it)
+				}
+			}
+		default:
+			now++
+			advance(now)
+		}
+		mustCheck(t, w)
+		if d, ok := w.NextDue(); ok && len(live) > 0 {
+			md := int64(math.MaxInt64)
+			for _, it := range live {
+				md = min(md, it.due)
+			}
+			if d != md {
+				t.Fatalf("seed %d: NextDue %d, want %d", seed, d, md)
+			}
+		}
+	}
+	for len(live) > 0 { // the stragglers
+		now += 1000
+		advance(now)
+	}
+	if w.Len() != 0 {
+		t.Fatalf("seed %d: Len %d after all fired", seed, w.Len())
+	}
+	if movedOps < 1000 {
+		t.Fatalf("seed %d: only %d operations on entries found through moved", seed, movedOps)
+	}
+	t.Logf("seed %d: %d operations on entries found through moved", seed, movedOps)
 }

@@ -195,6 +195,7 @@ type Core struct {
 	cold     coldStore      // compact jobs (compact.go), and the handler names
 	packed   packedStore    // DONE one-shots with nothing going on (packed.go)
 	packq    []int64        // candidates for packing at the end of the step
+	packBuf  []byte         // packing's scratch buffer
 	compiled compiledFor    // create → apply (commands.go)
 	due      *wheel.Wheel   // next fire per job; payload = job id
 	runs     map[string]*run

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/messages"
@@ -131,13 +132,28 @@ func (s *packedStore) each(fn func(id int64, blob []byte, r packedRef)) {
 	}
 }
 
-// packOf is the encoding of a job and its history.
-func packOf(j *job) []byte {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&messages.ShardSnapshot{Jobs: []*messages.Job{j.j}, History: j.history})
-	if err != nil {
-		panic(fmt.Sprintf("shard: marshal packed job %d: %v", j.j.Id, err))
+// packOf appends to buf the encoding of a job and its history: a ShardSnapshot
+// holding just them, written field by field into the one reused buffer (a marshal
+// of a wrapper message cost a few allocations more per fired job).
+func packOf(buf []byte, j *job) []byte {
+	buf = appendMessage(buf, snapshotJobsField, j.j)
+	for _, h := range j.history {
+		buf = appendMessage(buf, snapshotHistoryField, h)
 	}
-	return b
+	return buf
+}
+
+// snapshotHistoryField is ShardSnapshot.history's field number.
+const snapshotHistoryField = 5
+
+func appendMessage(buf []byte, num protowire.Number, m proto.Message) []byte {
+	buf = protowire.AppendTag(buf, num, protowire.BytesType)
+	buf = protowire.AppendVarint(buf, uint64(proto.Size(m)))
+	buf, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(buf, m)
+	if err != nil {
+		panic(fmt.Sprintf("shard: marshal packed job: %v", err))
+	}
+	return buf
 }
 
 // unpack decodes a packed job's message and history.
@@ -168,7 +184,8 @@ func (c *Core) packDue() {
 	for _, id := range c.packq {
 		if j := c.jobs[id]; j != nil && c.packable(j) {
 			hi, _, named := c.cold.handler(j.j.Handler)
-			c.packed.put(id, packOf(j), packedRef{handler: hi, named: named, expiry: j.expiry})
+			c.packBuf = packOf(c.packBuf[:0], j)
+			c.packed.put(id, c.packBuf, packedRef{handler: hi, named: named, expiry: j.expiry})
 			delete(c.jobs, id)
 		}
 	}

@@ -19,10 +19,17 @@ const MaxMessageBytes = 96 << 20
 // small start loses nothing and costs a peer 256 KiB.
 const endpointQueueSize = 1 << 14
 
+// recvBuffers is the pool gRPC reads messages into, on both ends of every kjob
+// connection: without one it allocates a buffer per message received (0.17 GB in the
+// fire scenario, 7 % of what the process allocated). The decoded messages do not
+// alias it (protobuf's Unmarshal copies bytes and strings).
+var recvBuffers = grpc.NewSharedBufferPool()
+
 // remoteConfig is the remote configuration of every kjob endpoint.
 func remoteConfig(host string, port int) *remote.Config {
 	return remote.Configure(host, port,
 		remote.WithEndpointWriterQueueSize(endpointQueueSize),
-		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxMessageBytes)),
-		remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))))
+		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.RecvBufferPool(recvBuffers)),
+		remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithRecvBufferPool(recvBuffers),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))))
 }

@@ -153,9 +153,6 @@ func (w *worker) run(d *messages.Dispatch) {
 		res := &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Shard: d.Shard, Epoch: d.Epoch, Attempt: d.Attempt,
 			DueMs: d.DueMs, Outcome: outcome, Error: errText, StartMs: start, EndMs: w.now(), WorkerId: w.id, Worker: w.ref}
 		next, to := w.core.Finished(w.now(), res) // as actors/worker: to the newest owner, if the shard moved meanwhile
-		if to == nil {
-			to = d.ReplyTo
-		}
 		w.s.tracef("%s: finished %s", w.addr, brief(res))
 		w.s.send(w.addr, w.ref, to, res)
 		if next != nil {

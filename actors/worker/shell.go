@@ -40,10 +40,7 @@ type traceKey struct{}
 // Traceparent returns the W3C traceparent of the run a handler context belongs to.
 func Traceparent(ctx context.Context) string { s, _ := ctx.Value(traceKey{}).(string); return s }
 
-type finished struct {
-	res *messages.RunResult
-	to  *messages.Ref
-}
+type finished struct{ res *messages.RunResult }
 type resendTick struct{}
 
 // sendResults makes the actor send the results it holds (see Actor.send).
@@ -147,9 +144,6 @@ func (a *Actor) Receive(ctx actor.Context) {
 		}
 	case *finished:
 		next, to := a.core.Finished(a.nowMs(), m.res) // to: the newest owner that asked
-		if to == nil {
-			to = m.to
-		}
 		if next != nil {
 			a.start(next)
 		}
@@ -244,7 +238,7 @@ func (a *Actor) start(d *messages.Dispatch) {
 func (a *Actor) runner(q <-chan runTask, self *actor.PID, sys *actor.ActorSystem) {
 	for t := range q {
 		res := a.run(t)
-		sys.Root.Send(self, &finished{res: res, to: t.d.ReplyTo})
+		sys.Root.Send(self, &finished{res: res})
 	}
 }
 

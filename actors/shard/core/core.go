@@ -1096,7 +1096,7 @@ func (c *Core) runTaken(jobID, dueMs int64, id string) bool {
 	if c.runs[id] != nil || c.dead[id] != nil {
 		return true
 	}
-	if j := c.job(jobID); j != nil {
+	if j := c.jobs[jobID]; j != nil { // (a job whose run is being named is full)
 		for _, r := range j.history {
 			if r.DueMs == dueMs && r.RunId == id {
 				return true

@@ -51,6 +51,17 @@ func newCore(now int64) (*Core, *fakeEnv) {
 	return c, e
 }
 
+// dispatchedJob7 is a core whose one-shot job 7, due at 1000, has been dispatched
+// (run "7:1000", attempt 1, epoch 1), with nothing left to send.
+func dispatchedJob7() (*Core, *fakeEnv) {
+	c, e := newCore(1000)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 0)}, e)
+	c.Tick(1000, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	return c, e
+}
+
 func onceJob(id, delayMs int64) *messages.Job {
 	return &messages.Job{Id: id, App: "app", Handler: "h", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: delayMs}}
 }
@@ -121,11 +132,7 @@ func TestDeleteMeansDelete(t *testing.T) {
 }
 
 func TestStaleEpochResultIgnored(t *testing.T) {
-	c, e := newCore(1000)
-	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 0)}, e)
-	c.Tick(1000, e)
-	c.Durable(e.lsn, nil, e)
-	e.take()
+	c, e := dispatchedJob7()
 	c.Handle(1010, wref, &messages.RunResult{RunId: "7:1000", JobId: 7, Attempt: 1, Epoch: 0, Outcome: messages.Outcome_SUCCEEDED}, e)
 	c.Durable(e.lsn, nil, e)
 	if s := e.take(); len(s) != 0 || c.InFlight() != 1 {
@@ -141,11 +148,7 @@ func TestStaleEpochResultIgnored(t *testing.T) {
 // A result that comes without a sender (a worker sends its results with proto.actor's
 // Send) is acknowledged to the worker it names, and so is its duplicate.
 func TestResultWithoutSenderIsAckedToItsWorker(t *testing.T) {
-	c, e := newCore(1000)
-	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 0)}, e)
-	c.Tick(1000, e)
-	c.Durable(e.lsn, nil, e)
-	e.take()
+	c, e := dispatchedJob7()
 	res := &messages.RunResult{RunId: "7:1000", JobId: 7, Attempt: 1, Epoch: 1, Outcome: messages.Outcome_SUCCEEDED, WorkerId: "w1", Worker: wref}
 	for i, what := range []string{"the result", "its duplicate"} {
 		c.Handle(1010+int64(i), nil, &messages.RunResults{Results: []*messages.RunResult{res}}, e)

@@ -143,9 +143,6 @@ func packOf(buf []byte, j *job) []byte {
 	return buf
 }
 
-// snapshotHistoryField is ShardSnapshot.history's field number.
-const snapshotHistoryField = 5
-
 func appendMessage(buf []byte, num protowire.Number, m proto.Message) []byte {
 	buf = protowire.AppendTag(buf, num, protowire.BytesType)
 	buf = protowire.AppendVarint(buf, uint64(proto.Size(m)))
@@ -245,21 +242,16 @@ func (c *Core) PackedJobs() int { return c.packed.len() }
 
 // packedView is a snapshot view's share of the packed jobs: their encodings, which
 // never change (an unpack or a delete only drops the reference).
-type packedView struct {
-	ids   []int64
-	blobs [][]byte
-}
+type packedView struct{ blobs [][]byte }
 
 func (c *Core) packedViewOf(in func(int64) bool) packedView {
 	var v packedView
 	if c.packed.len() == 0 {
 		return v
 	}
-	v.ids = make([]int64, 0, c.packed.len())
 	v.blobs = make([][]byte, 0, c.packed.len())
 	c.packed.each(func(id int64, blob []byte, _ packedRef) {
 		if in(id) {
-			v.ids = append(v.ids, id)
 			v.blobs = append(v.blobs, blob)
 		}
 	})

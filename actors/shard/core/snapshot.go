@@ -288,8 +288,12 @@ func (c *Core) LoadSnapshot(data []byte, lsn uint64) error {
 	return nil
 }
 
-// snapshotJobsField is ShardSnapshot.jobs's field number.
-const snapshotJobsField = 2
+// ShardSnapshot's field numbers for jobs and history (packed jobs use the same
+// encoding).
+const (
+	snapshotJobsField    = 2
+	snapshotHistoryField = 5
+)
 
 // splitSnapshot decodes a snapshot except its jobs, whose encodings it returns in
 // order (every other field, known or added since, goes through proto.Unmarshal).

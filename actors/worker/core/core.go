@@ -136,8 +136,9 @@ func (c *Core) Latest(runID string, attempt int32) *messages.Dispatch {
 
 // Finished records a run's result and returns the next queued dispatch to start,
 // and where to send the result: the newest owner that asked for the run (a handoff
-// while the handler ran moves it; r's epoch and shard are set to that owner's) or,
-// for a run the core does not know, nil (the caller answers where it was sent from).
+// while the handler ran moves it; r's epoch and shard are set to that owner's). A
+// run the core started is known until it finishes; for one it does not know, to is
+// nil.
 func (c *Core) Finished(nowMs int64, r *messages.RunResult) (next *messages.Dispatch, to *messages.Ref) {
 	nowMs = c.clock(nowMs)
 	k := key{r.RunId, r.Attempt}

@@ -111,7 +111,7 @@ func BenchmarkAddCancel(b *testing.B) {
 func BenchmarkAdvance(b *testing.B) {
 	dues := randomDelays(outstandingTimers, 60_000, 3)
 	var sum uint64
-	fn := func(_ Handle, _ int64, payload uint64) { sum += payload }
+	fn := func(_ int64, payload uint64) { sum += payload }
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var cpuNs int64

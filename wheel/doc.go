@@ -44,20 +44,29 @@
 //
 // # Memory layout
 //
-// Entries live in a slab: chunks of 1024 fixed 24-byte structs (due,
-// payload, generation, position) with no pointers, so the garbage collector
-// never scans them, and chunks never move, so the slab grows without
-// copying. Freed entries are reused through a free list. A slot is an array
-// of 8-byte elements in insertion order, each the entry's slab index and
-// the low 32 bits of its key; the entry records its position in that array,
-// so Cancel and Reschedule find their element in O(1) and leave a
-// tombstone (the newest element is simply dropped). A slot whose tombstones
-// outnumber its live elements is compacted. The kept key bits let a cascade
-// place elements, and NextDue find a slot's minimum, without reading the
-// entries, which lie at random places in the slab. A Handle is the slab
-// index plus the entry's generation, which is bumped whenever the entry
-// fires or is cancelled: a stale handle is recognised and never touches
-// another entry.
+// Entries live in a slab: chunks of 1024 fixed 16-byte structs (due,
+// generation, position) with no pointers, so the garbage collector never
+// scans them, and chunks never move, so the slab grows without copying. A
+// slot is an array of 16-byte elements in insertion order, each the entry's
+// slab index, the low 32 bits of its key and its payload; the entry records
+// its position in that array, so Cancel and Reschedule find their element
+// in O(1) and leave a tombstone (the newest element is simply dropped). A
+// slot whose tombstones outnumber its live elements is compacted. The kept
+// key bits let a cascade place elements, and NextDue find a slot's minimum,
+// without reading the entries, which lie at random places in the slab.
+//
+// Firing a level-0 slot does not read or write the entries either: the
+// slot's due time and each element's payload are all fn needs. A fired
+// entry is left as it was and its index is put on a list of spent entries;
+// it is recognisable as fired because a pending entry's key is after the
+// wheel's position (or, in the slot being fired, after the slot's head).
+// Add takes an index from that list first, then from a free list of
+// cancelled entries, and only then grows the slab. A Handle is the slab
+// index plus the entry's generation, which is bumped when the entry is
+// cancelled, or reused after it fired: a stale handle is recognised and
+// never touches another entry. One random access to the slab per timer
+// was most of what firing cost; it is now paid only by the Add that reuses
+// the entry, which writes it anyway.
 //
 // A cascade from level 1 to level 0, the one nearly every timer goes
 // through, does not touch the entries either (storing each one's new
@@ -95,15 +104,20 @@
 // occupied slot it reaches and per entry it fires, plus O(1) per cascade of
 // an entry; an entry is cascaded at most once per level below the one it
 // was inserted at (at most once for a due time within a few minutes, four
-// times for one within two years). A cascade from level 1 touches no
-// entry; one from levels 2-4 writes the entry's position, one from above
-// also reads its due time. Idle time costs nothing. Each is O(slab size).
+// times for one within two years). Firing from a level-0 slot and a
+// cascade from level 1 touch no entry; one from levels 2-4 writes the
+// entry's position, one from above also reads its due time. Entries due
+// at or before the clock when added (the overdue batch) are read to be
+// sorted. Idle time costs nothing. Each is O(slab size), and Get reads the
+// entry's element as well as the entry.
 //
 // # Memory
 //
-// 24 bytes per entry in the slab, plus 8 bytes per element in the slot
+// 16 bytes per entry in the slab, plus 16 bytes per element in the slot
 // arrays (and their growth slack): about 33 bytes per pending timer. The slab
-// never shrinks: its size is the largest number of entries ever pending.
+// never shrinks: its size is the largest number of entries ever pending,
+// and the list of spent entries holds 4 bytes for each entry fired and not
+// reused yet (given back once it empties, if it grew past 16 KiB).
 // Slot arrays follow the pending entries: a slot emptied by firing or
 // cascading gives a large array back. Fixed state is about 53 KiB per wheel,
 // plus up to 192 KiB for level 1, allocated 3 KiB (64 slots) at a time as

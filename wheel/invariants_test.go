@@ -29,7 +29,7 @@ func (w *Wheel) check() error {
 		live := 0
 		var minDue int64
 		for pos, el := range bk.els {
-			i := elIndex(el)
+			i := elIndex(el.kx)
 			if i == 0 {
 				continue
 			}
@@ -37,8 +37,11 @@ func (w *Wheel) check() error {
 				return fmt.Errorf("bucket %d: bad index %d", b, i)
 			}
 			e := w.at(i)
-			if uint32(el>>32) != uint32(key(e.due)) {
-				return fmt.Errorf("bucket %d: element %d keeps key bits %x, entry due %d", b, pos, el>>32, e.due)
+			if elKey(el.kx) != uint32(key(e.due)) {
+				return fmt.Errorf("bucket %d: element %d keeps key bits %x, entry due %d", b, pos, elKey(el.kx), e.due)
+			}
+			if el.payload != w.payloadOf(i, e) {
+				return fmt.Errorf("bucket %d: element %d's payload not found through its entry", b, pos)
 			}
 			if p := int(e.loc & posMask); p != pos {
 				// Only an entry moved to level 0 by the latest level-1
@@ -47,7 +50,7 @@ func (w *Wheel) check() error {
 				if b >= 64 || p >= len(w.moved) || int(w.moved[p]) != pos {
 					return fmt.Errorf("bucket %d: entry %d at %d says position %d (moved %d)", b, i, pos, p, len(w.moved))
 				}
-				if p < len(bk.els) && elIndex(bk.els[p]) == i {
+				if p < len(bk.els) && elIndex(bk.els[p].kx) == i {
 					return fmt.Errorf("bucket %d: entry %d at %d and %d", b, i, pos, p)
 				}
 				if j := movedFrom[p]; j != 0 {
@@ -118,7 +121,7 @@ func (w *Wheel) check() error {
 		return fmt.Errorf("buckets hold %d entries, count is %d", total, w.count)
 	}
 	free := 0
-	for i := w.free; i != 0; i = int32(w.at(i).payload) {
+	for i := w.free; i != 0; i = int32(w.at(i).due) {
 		if i < 0 || i >= w.size || w.at(i).loc != kindFree {
 			return fmt.Errorf("free list: bad entry %d", i)
 		}
@@ -126,8 +129,24 @@ func (w *Wheel) check() error {
 			return fmt.Errorf("free list cycle")
 		}
 	}
-	if free+total != int(w.size)-1 {
-		return fmt.Errorf("free %d + pending %d != slab entries %d", free, total, w.size-1)
+	// A spent entry is a wheel entry that fired: its key is not after
+	// elapsed, so no handle of it is valid, and it is in no bucket.
+	seen := make(map[int32]bool, len(w.spent))
+	for _, i := range w.spent {
+		if i <= 0 || i >= w.size || seen[i] {
+			return fmt.Errorf("spent: bad or repeated entry %d", i)
+		}
+		seen[i] = true
+		e := w.at(i)
+		if e.loc&kindMask != kindWheel || key(e.due) > w.elapsed || !w.isSpent(i, e) {
+			return fmt.Errorf("spent entry %d: kind %x due %d, now %d", i, e.loc&kindMask, e.due, w.now)
+		}
+		if _, le := w.lookup(handleOf(i, e)); le != nil {
+			return fmt.Errorf("spent entry %d: its handle is valid", i)
+		}
+	}
+	if free+len(w.spent)+total != int(w.size)-1 {
+		return fmt.Errorf("free %d + spent %d + pending %d != slab entries %d", free, len(w.spent), total, w.size-1)
 	}
 	return nil
 }

@@ -265,8 +265,8 @@ func (hs *harness) advance() { hs.advanceTo(hs.pickAdvance()) }
 // sequence, and Advance's result to match the number of callbacks.
 func (hs *harness) advanceTo(to int64) {
 	if to < hs.now {
-		n := hs.w.Advance(to, func(h Handle, due int64, payload uint64) {
-			hs.src.fatalf("Advance(%d) before now %d fired %x", to, hs.now, h)
+		n := hs.w.Advance(to, func(due int64, payload uint64) {
+			hs.src.fatalf("Advance(%d) before now %d fired payload %d", to, hs.now, payload)
 		})
 		if n != 0 {
 			hs.src.fatalf("Advance back in time returned %d", n)
@@ -292,18 +292,20 @@ func (hs *harness) advanceTo(to int64) {
 			pos++
 		}
 	}
-	got := hs.w.Advance(to, func(h Handle, due int64, payload uint64) {
+	got := hs.w.Advance(to, func(due int64, payload uint64) {
 		calls++
 		skipDead()
 		if pos == len(batch) {
-			hs.src.fatalf("Advance(%d) fired unexpected %x due %d", to, h, due)
+			hs.src.fatalf("Advance(%d) fired unexpected payload %d due %d", to, payload, due)
 		}
 		want := batch[pos]
 		pos++
-		if h != want.h || due != want.due || payload != want.payload {
-			hs.src.fatalf("Advance(%d) fired %x due %d payload %d, want %x due %d payload %d",
-				to, h, due, payload, want.h, want.due, want.payload)
+		// Payloads are unique: the payload names the entry that fired.
+		if due != want.due || payload != want.payload {
+			hs.src.fatalf("Advance(%d) fired due %d payload %d, want %x due %d payload %d",
+				to, due, payload, want.h, want.due, want.payload)
 		}
+		h := want.h
 		if due > to {
 			hs.src.fatalf("fired early: due %d > now %d", due, to)
 		}

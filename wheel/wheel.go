@@ -65,6 +65,10 @@ const (
 	// back when level 0 empties if it grew larger than this (16 KiB).
 	movedKeepCap = 4096
 
+	// spentKeepCap: the same for Wheel.spent (4 bytes an element), given
+	// back when it empties.
+	spentKeepCap = 4096
+
 	chunkBits = 10 // 1024 entries (24 KiB) per slab chunk
 	chunkLen  = 1 << chunkBits
 	chunkMask = chunkLen - 1
@@ -125,29 +129,40 @@ func levelOfBucket(b int32) uint {
 }
 
 // entry is one slab slot. It holds no pointers, so the garbage collector
-// never scans the slab; it is 24 bytes.
+// never scans the slab; it is 16 bytes. Its payload is kept in its bucket
+// element, where firing reads it.
 type entry struct {
-	due     int64
-	payload uint64 // on the free list: index of the next free entry
-	gen     uint32 // bumped every time the entry fires or is cancelled
-	loc     uint32 // kind | position in its bucket
+	due int64  // on the free list: index of the next free entry
+	gen uint32 // bumped every time the entry is cancelled, or reused after firing
+	loc uint32 // kind | position in its bucket
 }
 
-// bucket is one list of entries in insertion order. Each element packs the
-// low 32 bits of the entry's key (high half) and its slab index (low half);
-// an element whose index is 0 is a tombstone, left by an entry that was
+// elem is one element of a bucket: kx packs the low 32 bits of the entry's
+// key (high half) and its slab index (low half), and payload is the entry's.
+// An element whose index is 0 is a tombstone, left by an entry that was
 // cancelled or moved.
+type elem struct {
+	kx      uint64
+	payload uint64
+}
+
+// bucket is one list of entries in insertion order.
 type bucket struct {
-	els    []uint64
+	els    []elem
 	head   int32 // next position to fire (only moves while firing)
 	live   int32 // elements that are not tombstones
 	minDue int64 // exact earliest due of the live elements, if minOK
 	minOK  bool
 }
 
-func element(k uint64, i int32) uint64 { return uint64(uint32(k))<<32 | uint64(uint32(i)) }
+func element(k uint64, i int32, payload uint64) elem {
+	return elem{uint64(uint32(k))<<32 | uint64(uint32(i)), payload}
+}
 
-func elIndex(el uint64) int32 { return int32(uint32(el)) }
+func elIndex(kx uint64) int32 { return int32(uint32(kx)) }
+
+// elKey is the low 32 bits of the key kept in kx.
+func elKey(kx uint64) uint32 { return uint32(kx >> 32) }
 
 // Wheel is a passive hierarchical timing wheel. See the package
 // documentation for its structure, cost and limits. A Wheel is not safe for
@@ -180,6 +195,10 @@ func elIndex(el uint64) int32 { return int32(uint32(el)) }
 //     placed by that cascade. Compaction rewrites positions, so a
 //     compacted bucket holds exact positions only; trimming the
 //     tombstones off a bucket's end moves no live element;
+//   - an entry fired from a level-0 slot is in spent until alloc reuses
+//     it, unchanged since it fired (kind wheel, a key at or before
+//     elapsed), and in no bucket; every slab entry is pending, free or
+//     spent;
 //   - moved is at most movedKeepCap long when level 0 is empty;
 //   - minOK implies minDue is exact.
 type Wheel struct {
@@ -209,6 +228,12 @@ type Wheel struct {
 	// positions its entries took in level 0, for the entries the cascade
 	// left unaware of their move (see the invariants and cascade).
 	moved []uint32
+
+	// spent holds the slab indexes of entries fired from level-0 slots and
+	// not reused yet. Firing does not touch an entry (see fire): it stays as
+	// it was, recognisably fired by its due time (see isSpent), until alloc
+	// takes its index from here and bumps its generation.
+	spent []int32
 }
 
 // bucket returns bucket b, allocating its page if needed.
@@ -257,18 +282,53 @@ func (w *Wheel) lookup(h Handle) (int32, *entry) {
 	}
 	i := int32(idx)
 	e := w.at(i)
-	if e.gen != uint32(h>>32) || e.loc&kindMask == kindFree {
+	if e.gen != uint32(h>>32) {
 		return 0, nil
 	}
+	switch e.loc & kindMask {
+	case kindFree:
+		return 0, nil
+	case kindWheel:
+		if w.isSpent(i, e) {
+			return 0, nil
+		}
+	}
 	return i, e
+}
+
+// isSpent reports whether entry i (e), whose kind is kindWheel, has been
+// fired, from a level-0 slot, and waits in spent. A pending wheel entry
+// has a key after elapsed, except in the level-0 slot being fired, whose
+// key is elapsed: there an entry has fired exactly when it is before the
+// slot's head (or the slot has been fired to its end). A fired one has a
+// key at or before elapsed, which never goes back.
+func (w *Wheel) isSpent(i int32, e *entry) bool {
+	k := key(e.due)
+	if k != w.elapsed {
+		return k < w.elapsed
+	}
+	b := w.firing
+	if b < 0 || b >= 64 { // not firing a level-0 slot: k's slot is done
+		return true
+	}
+	bk := &w.low[b] // k's slot, as k is elapsed, the slot's start
+	return bk.live == 0 || w.posOf(b, i, e) < int(bk.head)
 }
 
 func (w *Wheel) alloc() int32 {
 	if w.count >= maxEntries {
 		panic("wheel: too many pending entries")
 	}
+	if n := len(w.spent); n > 0 {
+		i := w.spent[n-1]
+		if w.spent = w.spent[:n-1]; n == 1 && cap(w.spent) > spentKeepCap {
+			w.spent = nil
+		}
+		w.at(i).gen++ // its handle goes stale now
+		return i
+	}
 	if i := w.free; i != 0 {
-		w.free = int32(w.at(i).payload)
+		w.free = int32(w.at(i).due)
 		return i
 	}
 	i := w.size
@@ -282,7 +342,7 @@ func (w *Wheel) alloc() int32 {
 func (w *Wheel) release(i int32, e *entry) {
 	e.gen++
 	e.loc = kindFree
-	e.payload = uint64(w.free)
+	e.due = int64(w.free)
 	w.free = i
 	w.count--
 }
@@ -352,8 +412,8 @@ func (w *Wheel) slotStart(l, slot uint) uint64 {
 	return w.elapsed&^(uint64(1)<<(shift+levelBits(l))-1) | uint64(slot)<<shift
 }
 
-// push appends entry i to bucket b, of the given kind.
-func (w *Wheel) push(b int32, i int32, e *entry, kind uint32) {
+// push appends entry i, with its payload, to bucket b, of the given kind.
+func (w *Wheel) push(b int32, i int32, e *entry, kind uint32, payload uint64) {
 	bk := w.bucket(b)
 	if bk.live == 0 {
 		bk.minDue, bk.minOK = e.due, true
@@ -368,17 +428,17 @@ func (w *Wheel) push(b int32, i int32, e *entry, kind uint32) {
 		panic("wheel: internal error: bucket position overflow")
 	}
 	e.loc = kind | uint32(pos)
-	bk.els = append(bk.els, element(key(e.due), i))
+	bk.els = append(bk.els, element(key(e.due), i, payload))
 	bk.live++
 }
 
 // place puts a detached entry where its due time belongs.
-func (w *Wheel) place(i int32, e *entry) {
+func (w *Wheel) place(i int32, e *entry, payload uint64) {
 	if e.due <= w.now {
-		w.push(overdueBucket, i, e, kindOverdue)
+		w.push(overdueBucket, i, e, kindOverdue, payload)
 		return
 	}
-	w.push(w.slotOf(key(e.due)), i, e, kindWheel)
+	w.push(w.slotOf(key(e.due)), i, e, kindWheel, payload)
 }
 
 // bucketOf returns the bucket entry e is in.
@@ -399,7 +459,7 @@ func (w *Wheel) bucketOf(e *entry) int32 {
 func (w *Wheel) posOf(b, i int32, e *entry) int {
 	pos := int(e.loc & posMask)
 	if b < 64 {
-		if els := w.low[b].els; pos >= len(els) || elIndex(els[pos]) != i {
+		if els := w.low[b].els; pos >= len(els) || elIndex(els[pos].kx) != i {
 			pos = int(w.moved[pos])
 		}
 	}
@@ -423,17 +483,18 @@ func (w *Wheel) emptied(b int32) {
 	}
 }
 
-// remove takes entry i (e) out of its bucket, leaving a tombstone unless
-// it was the newest element, and compacts the bucket if its tombstones
-// now outnumber its live elements.
-func (w *Wheel) remove(i int32, e *entry) {
+// remove takes pending entry i (e) out of its bucket, leaving a tombstone
+// unless it was the newest element, and compacts the bucket if its
+// tombstones now outnumber its live elements. It returns the payload.
+func (w *Wheel) remove(i int32, e *entry) (payload uint64) {
 	b := w.bucketOf(e)
 	pos := w.posOf(b, i, e)
 	bk := w.bucket(b)
+	payload = bk.els[pos].payload
 	live := bk.live - 1
 	if bk.live = live; live == 0 {
 		w.emptied(b)
-		return
+		return payload
 	}
 	if bk.minOK && e.due == bk.minDue {
 		bk.minOK = false
@@ -441,16 +502,17 @@ func (w *Wheel) remove(i int32, e *entry) {
 	els, head := bk.els, int(bk.head)
 	n := len(els)
 	if pos == n-1 { // trimmed with the tombstones before it
-		for n = pos; n > head && elIndex(els[n-1]) == 0; n-- {
+		for n = pos; n > head && elIndex(els[n-1].kx) == 0; n-- {
 		}
 		bk.els = els[:n]
 	} else {
-		els[pos] = 0
+		els[pos] = elem{}
 	}
 	// Either way live fell by one: the tombstones left may outnumber it.
 	if dead := n - head - int(live); dead > int(live) && dead >= compactSlack && b != w.firing {
 		w.compact(b)
 	}
+	return payload
 }
 
 // compact drops the tombstones of bucket b (which is not being fired),
@@ -461,7 +523,7 @@ func (w *Wheel) compact(b int32) {
 	els := bk.els
 	j := 0
 	for _, el := range els {
-		if i := elIndex(el); i != 0 {
+		if i := elIndex(el.kx); i != 0 {
 			e := w.at(i)
 			e.loc = e.loc&kindMask | uint32(j)
 			els[j] = el
@@ -469,7 +531,7 @@ func (w *Wheel) compact(b int32) {
 		}
 	}
 	if cap(els) > keepCap && cap(els) > 4*j {
-		els = append(make([]uint64, 0, 2*j), els[:j]...)
+		els = append(make([]elem, 0, 2*j), els[:j]...)
 	}
 	bk.els = els[:j]
 }
@@ -481,9 +543,9 @@ func (w *Wheel) compact(b int32) {
 func (w *Wheel) Add(dueMs int64, payload uint64) Handle {
 	i := w.alloc()
 	e := w.at(i)
-	e.due, e.payload = dueMs, payload
+	e.due = dueMs
 	w.count++
-	w.place(i, e)
+	w.place(i, e, payload)
 	return handleOf(i, e)
 }
 
@@ -508,18 +570,24 @@ func (w *Wheel) Reschedule(h Handle, dueMs int64) bool {
 	if e == nil {
 		return false
 	}
-	w.remove(i, e)
+	p := w.remove(i, e)
 	e.due = dueMs
-	w.place(i, e)
+	w.place(i, e, p)
 	return true
 }
 
 // Get returns the due time and payload of the pending entry named by h.
 func (w *Wheel) Get(h Handle) (dueMs int64, payload uint64, ok bool) {
-	if _, e := w.lookup(h); e != nil {
-		return e.due, e.payload, true
+	if i, e := w.lookup(h); e != nil {
+		return e.due, w.payloadOf(i, e), true
 	}
 	return 0, 0, false
+}
+
+// payloadOf returns the payload of pending entry i (e), from its element.
+func (w *Wheel) payloadOf(i int32, e *entry) uint64 {
+	b := w.bucketOf(e)
+	return w.bucket(b).els[w.posOf(b, i, e)].payload
 }
 
 // Len returns the number of pending entries.
@@ -536,7 +604,15 @@ func (w *Wheel) Each(fn func(h Handle, dueMs int64, payload uint64) bool) {
 	size := w.size
 	for i := int32(1); i < size; i++ {
 		e := w.at(i)
-		if e.loc&kindMask != kindFree && !fn(handleOf(i, e), e.due, e.payload) {
+		switch e.loc & kindMask {
+		case kindFree:
+			continue
+		case kindWheel:
+			if w.isSpent(i, e) {
+				continue
+			}
+		}
+		if !fn(handleOf(i, e), e.due, w.payloadOf(i, e)) {
 			return
 		}
 	}
@@ -549,7 +625,7 @@ func (w *Wheel) Each(fn func(h Handle, dueMs int64, payload uint64) bool) {
 func (w *Wheel) NextDue() (dueMs int64, ok bool) {
 	if fb := w.bucket(firingBucket); fb.live > 0 { // sorted: first live is min
 		for _, el := range fb.els[fb.head:] {
-			if i := elIndex(el); i != 0 {
+			if i := elIndex(el.kx); i != 0 {
 				dueMs, ok = w.at(i).due, true
 				break
 			}
@@ -589,15 +665,15 @@ func (w *Wheel) bucketMin(b int32, start uint64) int64 {
 		mask := uint32(1)<<levelShift(levelOfBucket(b)) - 1
 		low := uint32(mask)
 		for _, el := range bk.els[bk.head:] {
-			if elIndex(el) != 0 {
-				low = min(low, uint32(el>>32)&mask)
+			if elIndex(el.kx) != 0 {
+				low = min(low, elKey(el.kx)&mask)
 			}
 		}
 		m = unkey(start | uint64(low))
 	} else {
 		first := true
 		for _, el := range bk.els[bk.head:] {
-			if i := elIndex(el); i != 0 {
+			if i := elIndex(el.kx); i != 0 {
 				if d := w.at(i).due; first || d < m {
 					m, first = d, false
 				}
@@ -608,11 +684,11 @@ func (w *Wheel) bucketMin(b int32, start uint64) int64 {
 	return m
 }
 
-// Advance moves the clock to nowMs and calls fn for every entry that was
-// pending when Advance was called and has due <= nowMs, in non-decreasing
-// due order, ties in insertion order; each entry's handle is stale by the
-// time fn sees it. It returns the number of entries fired. A nowMs before
-// Now() does nothing and returns 0.
+// Advance moves the clock to nowMs and calls fn with the due time and
+// payload of every entry that was pending when Advance was called and has
+// due <= nowMs, in non-decreasing due order, ties in insertion order; each
+// entry's handle is stale by the time fn is called. It returns the number
+// of entries fired. A nowMs before Now() does nothing and returns 0.
 //
 // fn may call Add, Cancel, Reschedule, Get, NextDue, Len, Each and Now, but
 // not Advance. An entry that fn cancels or reschedules before its turn does
@@ -624,7 +700,7 @@ func (w *Wheel) bucketMin(b int32, start uint64) int64 {
 // If fn panics, the wheel stays consistent: its clock is left at the due
 // time of the entry that panicked, and the entries that had not fired yet
 // fire at the next Advance, still in order.
-func (w *Wheel) Advance(nowMs int64, fn func(h Handle, dueMs int64, payload uint64)) int {
+func (w *Wheel) Advance(nowMs int64, fn func(dueMs int64, payload uint64)) int {
 	if nowMs < w.now {
 		return 0
 	}
@@ -663,7 +739,7 @@ func (w *Wheel) Advance(nowMs int64, fn func(h Handle, dueMs int64, payload uint
 		w.elapsed = start
 		b := int32(levelBase(l) + slot)
 		if l == 0 {
-			fired += w.fire(b, fn)
+			fired += w.fireSlot(b, fn)
 		} else {
 			w.cascade(b, l)
 		}
@@ -683,7 +759,7 @@ func (w *Wheel) batchOverdue() {
 	els := ov.els
 	j, sorted, last := 0, true, int64(0)
 	for _, el := range els {
-		i := elIndex(el)
+		i := elIndex(el.kx)
 		if i == 0 {
 			continue
 		}
@@ -697,29 +773,30 @@ func (w *Wheel) batchOverdue() {
 	}
 	els = els[:j]
 	if !sorted {
-		slices.SortStableFunc(els, func(a, b uint64) int {
-			return cmp.Compare(w.at(elIndex(a)).due, w.at(elIndex(b)).due)
+		slices.SortStableFunc(els, func(a, b elem) int {
+			return cmp.Compare(w.at(elIndex(a.kx)).due, w.at(elIndex(b.kx)).due)
 		})
 	}
 	for pos, el := range els {
-		w.at(elIndex(el)).loc = kindFiring | uint32(pos)
+		w.at(elIndex(el.kx)).loc = kindFiring | uint32(pos)
 	}
 	ov.els, fb.els = fb.els[:0], els
 	fb.head, fb.live, fb.minOK = 0, int32(j), false
 	ov.head, ov.live, ov.minOK = 0, 0, false
 }
 
-// fire fires the live elements of bucket b in order until none is left. fn
-// may cancel or move elements of b but cannot add any: b is a level-0 slot
-// at elapsed, or the firing bucket, and both only receive entries from
-// Advance itself.
-func (w *Wheel) fire(b int32, fn func(h Handle, dueMs int64, payload uint64)) int {
+// fire fires the live elements of the firing bucket (the overdue batch) in
+// order until none is left. fn may cancel or move elements of it but cannot
+// add any: only batchOverdue fills it. Its entries were read to sort them,
+// so each is released as it fires.
+func (w *Wheel) fire(b int32, fn func(dueMs int64, payload uint64)) int {
 	w.firing = b
 	bk := w.bucket(b)
 	n := 0
 	for int(bk.head) < len(bk.els) {
-		i := elIndex(bk.els[bk.head])
+		el := bk.els[bk.head]
 		bk.head++
+		i := elIndex(el.kx)
 		if i == 0 {
 			continue
 		}
@@ -730,11 +807,52 @@ func (w *Wheel) fire(b int32, fn func(h Handle, dueMs int64, payload uint64)) in
 		if bk.live--; bk.live == 0 {
 			w.emptied(b)
 		}
-		h, due, payload := handleOf(i, e), e.due, e.payload
+		due := e.due
 		w.release(i, e)
 		n++
 		if fn != nil {
-			fn(h, due, payload)
+			fn(due, el.payload)
+		}
+	}
+	w.firing = noBucket
+	return n
+}
+
+// fireSlot fires the live elements of level-0 slot b, whose due time is
+// elapsed, in order until none is left; fn may cancel or move elements of b
+// but cannot add any (only cascades and Add fill a level-0 slot, and Add
+// puts a due time at or before the clock in the overdue bucket).
+//
+// It does not touch the entries, which lie at random places in the slab:
+// an element has all that firing needs (the due time is the slot's, the
+// payload is kept beside the index), and the entry is left as it was. It
+// is recognisably fired (isSpent) and its index goes to spent, from where
+// alloc reuses it, bumping its generation then, when the entry is written
+// anyway. Reading or writing each fired entry here was a cache miss per
+// timer, most of what firing cost.
+func (w *Wheel) fireSlot(b int32, fn func(dueMs int64, payload uint64)) int {
+	w.firing = b
+	bk := &w.low[b]
+	due := unkey(w.elapsed)
+	n := 0
+	for int(bk.head) < len(bk.els) {
+		el := bk.els[bk.head]
+		bk.head++
+		i := elIndex(el.kx)
+		if i == 0 {
+			continue
+		}
+		if elKey(el.kx) != uint32(w.elapsed) {
+			panic("wheel: internal error: entry in the wrong level-0 slot")
+		}
+		if bk.live--; bk.live == 0 {
+			w.emptied(b)
+		}
+		w.spent = append(w.spent, i)
+		w.count--
+		n++
+		if fn != nil {
+			fn(due, el.payload)
 		}
 	}
 	w.firing = noBucket
@@ -763,8 +881,8 @@ func (w *Wheel) cascade(b int32, l uint) {
 		}
 		moved = moved[:len(src)]
 		for p, el := range src {
-			if elIndex(el) != 0 {
-				d := uint32(el>>32) & 63
+			if elIndex(el.kx) != 0 {
+				d := elKey(el.kx) & 63
 				dk := &w.low[d]
 				moved[p] = uint32(len(dk.els))
 				dk.els = append(dk.els, el)
@@ -784,9 +902,9 @@ func (w *Wheel) cascade(b int32, l uint) {
 	}
 	if l > lowKeyLevel {
 		for _, el := range src {
-			if i := elIndex(el); i != 0 {
+			if i := elIndex(el.kx); i != 0 {
 				e := w.at(i)
-				w.push(w.slotOf(key(e.due)), i, e, kindWheel)
+				w.push(w.slotOf(key(e.due)), i, e, kindWheel, el.payload)
 			}
 		}
 		w.emptied(b)
@@ -796,8 +914,8 @@ func (w *Wheel) cascade(b int32, l uint) {
 	// elapsed's bits below it are zero.
 	mask := uint32(1)<<levelShift(l) - 1
 	for _, el := range src {
-		if elIndex(el) != 0 {
-			d := lowSlot(uint32(el>>32) & mask)
+		if elIndex(el.kx) != 0 {
+			d := lowSlot(elKey(el.kx) & mask)
 			dk := w.bucket(d)
 			dk.els = append(dk.els, el)
 			w.occupied[d>>6] |= 1 << (d & 63)
@@ -809,13 +927,13 @@ func (w *Wheel) cascade(b int32, l uint) {
 			d := int32(wi*64 + bits.TrailingZeros64(word))
 			dk := w.bucket(d)
 			for p, el := range dk.els {
-				w.at(elIndex(el)).loc = kindWheel | uint32(p)
+				w.at(elIndex(el.kx)).loc = kindWheel | uint32(p)
 			}
 			dk.live = int32(len(dk.els))
 			if d >= 64 { // a level-0 slot holds one due time: no minimum to keep
 				low := mask
 				for _, el := range dk.els {
-					low = min(low, uint32(el>>32)&mask)
+					low = min(low, elKey(el.kx)&mask)
 				}
 				dk.minDue, dk.minOK = unkey(w.elapsed|uint64(low)), true
 			}
@@ -836,21 +954,22 @@ func lowSlot(low uint32) int32 {
 // clock stops at elapsed (the due time of the slot being fired, or the old
 // clock while the overdue batch fired); the entries not fired yet go first
 // into the overdue bucket, then the entries fn deferred that are due by the
-// stopped clock; the later ones go back to the slots.
+// stopped clock; the later ones go back to the slots. The entries fired
+// from the slot stay spent: their keys are at or before elapsed.
 func (w *Wheel) afterPanic() {
 	w.now = unkey(w.elapsed)
-	var deferred, unfired []int32
+	var deferred, unfired []elem
 	for _, el := range w.bucket(overdueBucket).els {
-		if i := elIndex(el); i != 0 {
-			deferred = append(deferred, i)
+		if elIndex(el.kx) != 0 {
+			deferred = append(deferred, el)
 		}
 	}
 	w.emptied(overdueBucket)
 	if b := w.firing; b != noBucket {
 		bk := w.bucket(b)
 		for _, el := range bk.els[bk.head:] {
-			if i := elIndex(el); i != 0 {
-				unfired = append(unfired, i)
+			if elIndex(el.kx) != 0 {
+				unfired = append(unfired, el)
 			}
 		}
 		if bk.live > 0 {
@@ -858,10 +977,12 @@ func (w *Wheel) afterPanic() {
 		}
 		w.firing = noBucket
 	}
-	for _, i := range unfired {
-		w.push(overdueBucket, i, w.at(i), kindOverdue)
+	for _, el := range unfired {
+		i := elIndex(el.kx)
+		w.push(overdueBucket, i, w.at(i), kindOverdue, el.payload)
 	}
-	for _, i := range deferred {
-		w.place(i, w.at(i))
+	for _, el := range deferred {
+		i := elIndex(el.kx)
+		w.place(i, w.at(i), el.payload)
 	}
 }

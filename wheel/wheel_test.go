@@ -11,7 +11,6 @@ import (
 )
 
 type fired struct {
-	h       Handle
 	due     int64
 	payload uint64
 }
@@ -20,11 +19,11 @@ type fired struct {
 func collect(t *testing.T, w *Wheel, now int64) []fired {
 	t.Helper()
 	var out []fired
-	n := w.Advance(now, func(h Handle, due int64, payload uint64) {
+	n := w.Advance(now, func(due int64, payload uint64) {
 		if due > now {
 			t.Fatalf("fired early: due %d > now %d", due, now)
 		}
-		out = append(out, fired{h, due, payload})
+		out = append(out, fired{due, payload})
 	})
 	if n != len(out) {
 		t.Fatalf("Advance returned %d, fired %d", n, len(out))
@@ -56,8 +55,8 @@ func wantPayloads(t *testing.T, got []fired, want ...uint64) {
 }
 
 func TestEntryIsPointerFree(t *testing.T) {
-	if s := unsafe.Sizeof(entry{}); s != 24 {
-		t.Errorf("entry is %d bytes, want 24", s)
+	if s := unsafe.Sizeof(entry{}); s != 16 {
+		t.Errorf("entry is %d bytes, want 16", s)
 	}
 	typ := reflect.TypeFor[entry]()
 	for i := range typ.NumField() {
@@ -167,7 +166,7 @@ func TestPastAndZeroDelay(t *testing.T) {
 func TestAdvanceBackwardsIsNoop(t *testing.T) {
 	w := New(1000)
 	w.Add(999, 1)
-	if n := w.Advance(999, func(Handle, int64, uint64) { t.Fatal("fired") }); n != 0 {
+	if n := w.Advance(999, func(int64, uint64) { t.Fatal("fired") }); n != 0 {
 		t.Fatalf("Advance back = %d", n)
 	}
 	if w.Now() != 1000 || w.Len() != 1 {
@@ -182,7 +181,7 @@ func TestAddInsideAdvanceFiresNextAdvance(t *testing.T) {
 	w.Add(20, 2)
 	var got []uint64
 	rearms := 0
-	n := w.Advance(30, func(h Handle, due int64, p uint64) {
+	n := w.Advance(30, func(due int64, p uint64) {
 		got = append(got, p)
 		if p == 1 {
 			w.Add(15, 10)  // due <= 30, before the pending 20: still deferred
@@ -215,7 +214,7 @@ func TestCancelAndRescheduleInsideAdvance(t *testing.T) {
 	w.Add(-1, 5) // overdue batch
 	e := w.Add(-1, 6)
 	var got []uint64
-	w.Advance(10, func(h Handle, due int64, p uint64) {
+	w.Advance(10, func(due int64, p uint64) {
 		got = append(got, p)
 		switch p {
 		case 5:
@@ -285,6 +284,7 @@ func TestTombstonesAndCompaction(t *testing.T) {
 		h   Handle
 		due int64
 		seq int
+		p   uint64
 	}
 	var items []item
 	// Thousands of entries in a few slots of levels 1 and 2, so that
@@ -292,7 +292,7 @@ func TestTombstonesAndCompaction(t *testing.T) {
 	// compactions, and rescheduling moves entries within and between slots.
 	for i := range 3000 {
 		due := int64(300_000 + rng.IntN(4)*70_000 + rng.IntN(50))
-		items = append(items, item{w.Add(due, uint64(i)), due, i})
+		items = append(items, item{w.Add(due, uint64(i)), due, i, uint64(i)})
 	}
 	seq := len(items)
 	rng.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
@@ -328,8 +328,8 @@ func TestTombstonesAndCompaction(t *testing.T) {
 		t.Fatalf("fired %d, want %d", len(got), len(want))
 	}
 	for i := range got {
-		if got[i].h != want[i].h || got[i].due != want[i].due {
-			t.Fatalf("fire %d: %x due %d, want %x due %d", i, got[i].h, got[i].due, want[i].h, want[i].due)
+		if got[i].payload != want[i].p || got[i].due != want[i].due {
+			t.Fatalf("fire %d: payload %d due %d, want %d due %d", i, got[i].payload, got[i].due, want[i].p, want[i].due)
 		}
 	}
 }
@@ -452,7 +452,7 @@ func TestNestedAdvancePanics(t *testing.T) {
 		}
 		mustCheck(t, w)
 	}()
-	w.Advance(1, func(Handle, int64, uint64) { w.Advance(2, nil) })
+	w.Advance(1, func(int64, uint64) { w.Advance(2, nil) })
 }
 
 func TestPanicInFnKeepsWheelConsistent(t *testing.T) {
@@ -472,7 +472,7 @@ func TestPanicInFnKeepsWheelConsistent(t *testing.T) {
 					t.Fatal("panic did not propagate")
 				}
 			}()
-			w.Advance(50, func(h Handle, due int64, p uint64) {
+			w.Advance(50, func(due int64, p uint64) {
 				got = append(got, p)
 				if p == panicAt {
 					w.Add(40, 41) // deferred to a time after where the clock stops
@@ -511,7 +511,7 @@ func TestSteadyStateDoesNotAllocate(t *testing.T) {
 		w.Reschedule(h, now+7000)
 		w.Cancel(h)
 		now++
-		w.Advance(now, func(Handle, int64, uint64) {})
+		w.Advance(now, func(int64, uint64) {})
 		w.NextDue()
 	})
 	if allocs != 0 {
@@ -530,6 +530,7 @@ func TestLargeRandomOrder(t *testing.T) {
 		payload uint64
 	}
 	live := map[Handle]want{}
+	handleOf := map[uint64]Handle{} // by payload
 	var handles []Handle
 	seq := 0
 	scales := []int64{1, 64, 4096, 60_000, 3_600_000, msPerYear}
@@ -546,6 +547,7 @@ func TestLargeRandomOrder(t *testing.T) {
 			}
 			h := w.Add(due, uint64(seq))
 			live[h] = want{due, seq, uint64(seq)}
+			handleOf[uint64(seq)] = h
 			handles = append(handles, h)
 		}
 		for range 300 {
@@ -580,7 +582,11 @@ func TestLargeRandomOrder(t *testing.T) {
 				t.Fatalf("step %d: fire %d is payload %d due %d, want %d due %d",
 					step, i, got[i].payload, got[i].due, exp[i].payload, exp[i].due)
 			}
-			delete(live, got[i].h)
+			h := handleOf[got[i].payload]
+			if _, _, ok := w.Get(h); ok {
+				t.Fatalf("step %d: handle %x still valid after it fired", step, h)
+			}
+			delete(live, h)
 		}
 		if w.Len() != len(live) {
 			t.Fatalf("Len %d, want %d", w.Len(), len(live))
@@ -624,12 +630,14 @@ func testMovedEntries(t *testing.T, seed uint64) {
 		payload uint64
 	}
 	live := map[Handle]item{}
+	handleOf := map[uint64]Handle{} // by payload
 	var handles []Handle
 	seq := 0
 	add := func(due int64) {
 		seq++
 		h := w.Add(due, uint64(seq))
 		live[h] = item{due, seq, uint64(seq)}
+		handleOf[uint64(seq)] = h
 		handles = append(handles, h)
 	}
 	movedOps := 0 // entries found through moved picked for an operation
@@ -640,7 +648,7 @@ func testMovedEntries(t *testing.T, seed uint64) {
 				i := int32(uint32(h))
 				e := w.at(i)
 				if b := w.slotOf(key(e.due)); e.loc&kindMask == kindWheel && b < 64 {
-					if els, pos := w.low[b].els, int(e.loc&posMask); pos >= len(els) || elIndex(els[pos]) != i {
+					if els, pos := w.low[b].els, int(e.loc&posMask); pos >= len(els) || elIndex(els[pos].kx) != i {
 						movedOps++
 					}
 				}
@@ -670,7 +678,7 @@ func testMovedEntries(t *testing.T, seed uint64) {
 
 	var got []fired
 	taken := map[uint64]bool{} // payloads fn cancelled or moved to later
-	var fn func(h Handle, due int64, p uint64)
+	var fn func(due int64, p uint64)
 	advance := func(now int64) {
 		var exp []item
 		for _, it := range live {
@@ -703,13 +711,17 @@ func testMovedEntries(t *testing.T, seed uint64) {
 			}
 		}
 	}
-	fn = func(h Handle, due int64, p uint64) {
+	fn = func(due int64, p uint64) {
+		h := handleOf[p]
 		it, ok := live[h]
 		if !ok || it.due != due || it.payload != p {
 			t.Fatalf("seed %d: fired %x due %d payload %d, model has %+v %v", seed, h, due, p, it, ok)
 		}
+		if _, _, ok := w.Get(h); ok {
+			t.Fatalf("seed %d: handle %x still valid inside fn", seed, h)
+		}
 		delete(live, h)
-		got = append(got, fired{h, due, p})
+		got = append(got, fired{due, p})
 		if rng.IntN(4) == 0 { // cancel or move a later entry, maybe of this slot
 			if h2, it2, ok := pick(); ok && it2.due > due {
 				taken[it2.payload] = true
@@ -730,7 +742,7 @@ func testMovedEntries(t *testing.T, seed uint64) {
 	moved := 0
 	for b := range w.low {
 		for pos, el := range w.low[b].els {
-			if i := elIndex(el); i != 0 && int(w.at(i).loc&posMask) != pos {
+			if i := elIndex(el.kx); i != 0 && int(w.at(i).loc&posMask) != pos {
 				moved++
 			}
 		}
@@ -799,4 +811,48 @@ func testMovedEntries(t *testing.T, seed uint64) {
 		t.Fatalf("seed %d: only %d operations on entries found through moved", seed, movedOps)
 	}
 	t.Logf("seed %d: %d operations on entries found through moved", seed, movedOps)
+}
+
+// TestFiredEntryReused checks that an entry fired from a level-0 slot, left
+// untouched by firing, is recognised as fired, and that the Add that reuses
+// its slab slot makes the old handle stale for good.
+func TestFiredEntryReused(t *testing.T) {
+	w := New(0)
+	a := w.Add(5, 1)
+	b := w.Add(5, 2)
+	wantPayloads(t, collect(t, w, 5), 1, 2)
+	for _, h := range []Handle{a, b} {
+		if _, _, ok := w.Get(h); ok {
+			t.Fatalf("Get(%x) of a fired entry succeeded", h)
+		}
+		if w.Cancel(h) || w.Reschedule(h, 100) {
+			t.Fatalf("a fired entry's handle %x still works", h)
+		}
+	}
+	c := w.Add(7, 3) // reuses a fired slot
+	if uint32(c) != uint32(a) && uint32(c) != uint32(b) {
+		t.Fatalf("Add took slab index %d, not a fired one (%d, %d)", uint32(c), uint32(a), uint32(b))
+	}
+	if c == a || c == b {
+		t.Fatalf("reused entry kept its old handle %x", c)
+	}
+	mustCheck(t, w)
+	if w.Cancel(a) || w.Cancel(b) {
+		t.Fatal("a stale handle cancelled the entry that reused its slot")
+	}
+	if due, p, ok := w.Get(c); !ok || due != 7 || p != 3 {
+		t.Fatalf("Get(new) = %d %d %v", due, p, ok)
+	}
+	n := 0
+	w.Each(func(h Handle, due int64, p uint64) bool {
+		if h != c || due != 7 || p != 3 {
+			t.Fatalf("Each visited %x %d %d", h, due, p)
+		}
+		n++
+		return true
+	})
+	if n != 1 {
+		t.Fatalf("Each visited %d entries, want 1 (fired ones are not pending)", n)
+	}
+	wantPayloads(t, collect(t, w, 7), 3)
 }

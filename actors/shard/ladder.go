@@ -115,7 +115,7 @@ func (l *levelActor) Receive(ctx actor.Context) {
 		}
 	case *levelTick:
 		l.wakeAt = 0
-		l.w.Advance(time.Now().UnixMilli(), func(_ wheel.Handle, _ int64, p uint64) {
+		l.w.Advance(time.Now().UnixMilli(), func(_ int64, p uint64) {
 			id := l.names[p]
 			delete(l.names, p)
 			delete(l.ids, id)

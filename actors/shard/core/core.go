@@ -928,7 +928,7 @@ func (c *Core) Tick(nowMs int64, env Env) {
 	fired := 0
 	var dueJobs []int64
 	var dueAt []int64
-	c.due.Advance(nowMs+c.cfg.Mutations.FireEarlyMs, func(_ wheel.Handle, dueMs int64, payload uint64) {
+	c.due.Advance(nowMs+c.cfg.Mutations.FireEarlyMs, func(dueMs int64, payload uint64) {
 		dueJobs = append(dueJobs, int64(payload))
 		dueAt = append(dueAt, dueMs)
 	})
@@ -940,7 +940,7 @@ func (c *Core) Tick(nowMs int64, env Env) {
 		}
 	}
 	var expired []int64
-	c.expire.Advance(nowMs, func(_ wheel.Handle, _ int64, payload uint64) { expired = append(expired, int64(payload)) })
+	c.expire.Advance(nowMs, func(_ int64, payload uint64) { expired = append(expired, int64(payload)) })
 	for _, id := range expired {
 		j := c.jobs[id]
 		if j == nil {
@@ -960,7 +960,7 @@ func (c *Core) Tick(nowMs int64, env Env) {
 		}
 	}
 	var dueRuns []uint64
-	c.timers.Advance(nowMs, func(_ wheel.Handle, _ int64, payload uint64) { dueRuns = append(dueRuns, payload) })
+	c.timers.Advance(nowMs, func(_ int64, payload uint64) { dueRuns = append(dueRuns, payload) })
 	recounted := false
 	for _, s := range dueRuns {
 		r := c.bySeq[s]

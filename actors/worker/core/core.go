@@ -7,7 +7,7 @@
 package core
 
 import (
-	"google.golang.org/protobuf/proto"
+	"hash/maphash"
 
 	"github.com/kjob/kjob/messages"
 )
@@ -37,41 +37,40 @@ type key struct {
 	attempt int32
 }
 
-type entry struct {
-	d       *messages.Dispatch
-	result  *messages.RunResult // nil while running
-	sentMs  int64
-	resends int
-	waiting bool   // in Core.waiting: finished, not acknowledged, not forgotten, not given up
-	sameRun *entry // the next waiting result of the same run id (another attempt), for Acked
-}
-
 // Core is the worker's state machine.
 //
-// The results the shard has not acknowledged yet are kept apart from the remembered
-// runs, so the resend tick costs what is due, not what is remembered:
+// A run dispatched and not finished (started or queued: at most capacity ×
+// (1 + QueuePerSlot) of them) is in running, with the dispatch of the newest owner
+// that asked for it. A finished run is remembered, RememberRuns of them, in the
+// order they finished, without a pointer the garbage collector would follow (see
+// memory.go): in a worker sharing its process with a busy application, 65,536
+// finished runs as messages were the largest heap the collector marked.
 //
-//   - waiting is a FIFO of those results in the order they were last sent, so in
-//     the order they fall due (sentMs never decreases along it: see clock). Unacked
-//     pops from its front what is due, and what stopped waiting since (acked,
-//     forgotten or given up: waiting false), and stops at the first result still
-//     waiting and not due. A result resent goes to the back.
-//   - waitingRun maps a run id to its waiting results (a list through sameRun,
-//     usually one attempt), so Acked does not look up every possible attempt.
+// The results the shard has not acknowledged yet are listed apart from the
+// remembered runs, so the resend tick costs what is due, not what is remembered:
 //
-// An entry is in waitingRun exactly when waiting is true, and then it is in waiting
-// exactly once; an entry that stopped waiting may still be in waiting until Unacked
-// pops it.
+//   - waiting is a FIFO of those results (by finish sequence number) in the order
+//     they were last sent, so in the order they fall due (sentMs never decreases
+//     along it: see clock). Unacked pops from its front what is due, and what
+//     stopped waiting since (acked, forgotten or given up), and stops at the first
+//     result still waiting and not due. A result resent goes to the back.
+//   - waitingRun maps the hash of a run id to its waiting results (a list through
+//     record.sameRun: usually one attempt of one run), so Acked does not look up
+//     every possible attempt.
+//
+// A record is in a waitingRun list exactly when its waiting is true, and then its
+// sequence number is in waiting exactly once; one that stopped waiting may still be
+// in waiting until Unacked pops it.
 type Core struct {
-	capacity   int
-	busy       int
-	queue      []*messages.Dispatch
-	seen       map[key]*entry
-	order      []key    // finished runs, oldest first, for eviction
-	waiting    []*entry // results not acknowledged yet, oldest send first
-	waitingRun map[string]*entry
-	clockMs    int64              // the latest nowMs seen: a clock going back is held here
-	lastSlim   *messages.Dispatch // the latest slim dispatch, whose shard and reply_to the next shares
+	capacity    int
+	busy        int
+	queue       []*messages.Dispatch
+	running     map[key]*messages.Dispatch
+	memory                        // the finished runs (memory.go)
+	waiting     []uint64          // sequence numbers of results not acknowledged yet, oldest send first
+	waitingRun  map[uint64]uint32 // run id hash → slot of its newest waiting result
+	runsWaiting int               // distinct run ids with a result waiting
+	clockMs     int64             // the latest nowMs seen: a clock going back is held here
 }
 
 // New makes a worker core with capacity pool slots.
@@ -79,7 +78,15 @@ func New(capacity int) *Core {
 	if capacity <= 0 {
 		capacity = DefaultCapacity
 	}
-	return &Core{capacity: capacity, seen: make(map[key]*entry), waitingRun: make(map[string]*entry)}
+	seed := maphash.MakeSeed()
+	return newCore(capacity, func(s string) uint64 { return maphash.String(seed, s) })
+}
+
+// newCore makes a core that hashes run ids with hash (tests make it collide).
+func newCore(capacity int, hash func(string) uint64) *Core {
+	c := &Core{capacity: capacity, running: make(map[key]*messages.Dispatch), waitingRun: make(map[uint64]uint32)}
+	c.memory.init(hash)
+	return c
 }
 
 // Busy is the number of handlers running.
@@ -93,43 +100,49 @@ func (c *Core) Queued() int { return len(c.queue) }
 
 // Unacknowledged is the number of runs whose result waits for its shard's ack (and
 // is sent again every ResultResendMs until it comes).
-func (c *Core) Unacknowledged() int { return len(c.waitingRun) }
+func (c *Core) Unacknowledged() int { return c.runsWaiting }
 
 // Dispatch decides what to do with an incoming dispatch.
 func (c *Core) Dispatch(d *messages.Dispatch) (Action, *messages.RunResult) {
 	k := key{d.RunId, d.Attempt}
-	if e := c.seen[k]; e != nil {
-		if e.result == nil {
-			if d.Epoch > e.d.Epoch {
-				e.d = d // a new owner (a handoff) asks for a run still going: answer it there
-			}
-			return Duplicate, nil
+	if cur := c.running[k]; cur != nil {
+		if d.Epoch > cur.Epoch {
+			c.running[k] = d // a new owner (a handoff) asks for a run still going: answer it there
 		}
-		r := proto.Clone(e.result).(*messages.RunResult)
+		return Duplicate, nil
+	}
+	if s, ok := c.find(d.RunId, d.Attempt); ok {
+		r := c.result(s)
 		r.Duplicate = true
 		r.Epoch, r.Shard = d.Epoch, d.Shard
-		e.d = c.slim(d) // a new owner may ask: answer where it asks
+		c.answerAt(s, d) // a new owner may ask: answer where it asks
 		return Resend, r
 	}
 	if c.busy < c.capacity {
 		c.busy++
-		c.seen[k] = &entry{d: d}
+		c.running[k] = d
 		return Start, nil
 	}
 	if len(c.queue) >= c.capacity*QueuePerSlot {
 		return Refuse, nil
 	}
-	c.seen[k] = &entry{d: d}
+	c.running[k] = d
 	c.queue = append(c.queue, d)
 	return Queued, nil
 }
 
 // Latest is the dispatch of run/attempt to answer: the one from the newest owner
 // that asked for it (nil when unknown). Once the run finished, it holds only where
-// to answer (see slim).
+// to answer: run id, job id, attempt, due time, shard, epoch and reply-to, the
+// reply-to shared by every run answering there.
 func (c *Core) Latest(runID string, attempt int32) *messages.Dispatch {
-	if e := c.seen[key{runID, attempt}]; e != nil {
-		return e.d
+	if d := c.running[key{runID, attempt}]; d != nil {
+		return d
+	}
+	if s, ok := c.find(runID, attempt); ok {
+		r, o := c.result(s), &c.owners[c.records[s].owner]
+		return &messages.Dispatch{RunId: r.RunId, JobId: r.JobId, Attempt: r.Attempt, DueMs: r.DueMs,
+			Shard: o.shard, Epoch: o.epoch, ReplyTo: o.to}
 	}
 	return nil
 }
@@ -138,32 +151,33 @@ func (c *Core) Latest(runID string, attempt int32) *messages.Dispatch {
 // and where to send the result: the newest owner that asked for the run (a handoff
 // while the handler ran moves it; r's epoch and shard are set to that owner's). A
 // run the core started is known until it finishes; for one it does not know, to is
-// nil.
+// nil. A run finishes once: a second report of a run remembered changes nothing but
+// r's epoch and shard, and is answered where the run is.
+//
+// The result is remembered as its encoding: r is the caller's again once Finished
+// returns.
 func (c *Core) Finished(nowMs int64, r *messages.RunResult) (next *messages.Dispatch, to *messages.Ref) {
 	nowMs = c.clock(nowMs)
 	k := key{r.RunId, r.Attempt}
-	if e := c.seen[k]; e != nil {
-		if e.d.Epoch > r.Epoch { // the shard moved while the handler ran: report to its new owner
-			r.Epoch, r.Shard = e.d.Epoch, e.d.Shard
+	if d := c.running[k]; d != nil {
+		delete(c.running, k)
+		if d.Epoch > r.Epoch { // the shard moved while the handler ran: report to its new owner
+			r.Epoch, r.Shard = d.Epoch, d.Shard
 		}
-		to = e.d.ReplyTo
-		e.result = r
-		e.d = c.slim(e.d)
-		c.order = append(c.order, k)
-		if !e.waiting { // (a run finishes once: waiting already would be a second report)
-			e.sentMs = nowMs
-			c.wait(e)
+		s := c.remember(r, d)
+		to = c.owners[c.records[s].owner].to
+		c.records[s].sentMs = nowMs
+		c.wait(s)
+	} else if s, ok := c.find(r.RunId, r.Attempt); ok {
+		o := &c.owners[c.records[s].owner]
+		if o.epoch > r.Epoch {
+			r.Epoch, r.Shard = o.epoch, o.shard
 		}
-	}
-	for len(c.order) > RememberRuns {
-		if e := c.seen[c.order[0]]; e != nil && e.waiting {
-			c.unwait(e) // forgotten: no longer resent
-		}
-		delete(c.seen, c.order[0])
-		c.order = c.order[1:]
+		to = o.to
 	}
 	if len(c.queue) > 0 {
 		d := c.queue[0]
+		c.queue[0] = nil
 		c.queue = c.queue[1:]
 		return d, to
 	}
@@ -174,94 +188,133 @@ func (c *Core) Finished(nowMs int64, r *messages.RunResult) (next *messages.Disp
 // Acked marks a result as recorded by its shard: every attempt of runID waiting for
 // an ack stops waiting.
 func (c *Core) Acked(runID string) {
-	e := c.waitingRun[runID]
-	if e == nil {
+	h := c.hash(runID)
+	head, ok := c.waitingRun[h]
+	if !ok {
 		return
 	}
-	delete(c.waitingRun, runID)
-	for e != nil {
-		next := e.sameRun
-		e.waiting, e.sameRun = false, nil
-		e = next
+	// Unlink the records of runID from the list, keeping the others (other run ids
+	// with the same hash) in their order.
+	acked := false
+	var prev uint32 // slot+1 of the last record kept, 0 before the first
+	for s, more := head, true; more; {
+		r := &c.records[s]
+		next, hasNext := r.sameRun, r.sameRun != 0
+		if c.isRun(s, runID) {
+			acked = true
+			r.waiting, r.sameRun = false, 0
+			if prev == 0 {
+				head = next - 1 // (meaningless when !hasNext: the list is then empty)
+				ok = hasNext
+			} else {
+				c.records[prev-1].sameRun = next
+			}
+		} else {
+			prev = s + 1
+		}
+		s, more = next-1, hasNext
+	}
+	if ok {
+		c.waitingRun[h] = head
+	} else {
+		delete(c.waitingRun, h)
+	}
+	if acked {
+		c.runsWaiting--
 	}
 }
 
-// Unacked returns results to send again (no ack after ResultResendMs), with their
-// dispatches (for reply_to). It walks only the front of the waiting results: those
-// due, and those acknowledged or forgotten since the last call.
+// Unacked returns results to send again (no ack after ResultResendMs), with where
+// to send each. It walks only the front of the waiting results: those due, and
+// those acknowledged or forgotten since the last call.
 func (c *Core) Unacked(nowMs int64) (rs []*messages.RunResult, to []*messages.Ref) {
 	nowMs = c.clock(nowMs)
 	for len(c.waiting) > 0 {
-		e := c.waiting[0]
-		if e.waiting && nowMs-e.sentMs < ResultResendMs {
+		seq := c.waiting[0]
+		s, live := c.slotOf(seq)
+		waiting := live && c.records[s].waiting
+		if waiting && nowMs-c.records[s].sentMs < ResultResendMs {
 			break // this one and every one after it sent too recently
 		}
-		c.waiting[0] = nil
 		c.waiting = c.waiting[1:]
-		if !e.waiting {
+		if !waiting {
 			continue // acknowledged, forgotten or given up
 		}
-		e.resends++
-		e.sentMs = nowMs
-		r := proto.Clone(e.result).(*messages.RunResult)
-		r.Epoch, r.Shard = e.d.Epoch, e.d.Shard
+		rec := &c.records[s]
+		rec.resends++
+		rec.sentMs = nowMs
+		o := &c.owners[rec.owner]
+		r := c.result(s)
+		r.Epoch, r.Shard = o.epoch, o.shard
 		rs = append(rs, r)
-		to = append(to, e.d.ReplyTo)
-		if e.resends >= MaxResultResends {
-			c.unwait(e) // given up
+		to = append(to, o.to)
+		if rec.resends >= MaxResultResends {
+			c.unwait(s) // given up
 			continue
 		}
-		c.waiting = append(c.waiting, e)
+		c.waiting = append(c.waiting, seq)
 	}
 	return rs, to
 }
 
-// slim is what a finished run keeps of its dispatch: where and at which epoch to
-// answer. A remembered run (RememberRuns of them) kept the whole dispatch, its
-// params (up to the params limit each), trace and names, for nothing; runs in a
-// row usually come from one shard, so its name and reference are shared.
-func (c *Core) slim(d *messages.Dispatch) *messages.Dispatch {
-	s := &messages.Dispatch{RunId: d.RunId, JobId: d.JobId, Attempt: d.Attempt, DueMs: d.DueMs,
-		Shard: d.Shard, Epoch: d.Epoch, ReplyTo: d.ReplyTo}
-	if p := c.lastSlim; p != nil {
-		if p.Shard == s.Shard {
-			s.Shard = p.Shard
-		}
-		if p.ReplyTo != nil && s.ReplyTo != nil && p.ReplyTo.Address == s.ReplyTo.Address && p.ReplyTo.Id == s.ReplyTo.Id {
-			s.ReplyTo = p.ReplyTo
-		}
+// wait puts the result of the run remembered in slot s among those waiting for an
+// ack.
+func (c *Core) wait(s uint32) {
+	r := &c.records[s]
+	head, ok := c.waitingRun[r.runHash]
+	if !c.runListed(head, ok, s) {
+		c.runsWaiting++
 	}
-	c.lastSlim = s
-	return s
+	r.waiting, r.sameRun = true, 0
+	if ok {
+		r.sameRun = head + 1
+	}
+	c.waitingRun[r.runHash] = s
+	c.waiting = append(c.waiting, r.seq)
 }
 
-// wait puts a finished run's result among those waiting for an ack.
-func (c *Core) wait(e *entry) {
-	e.waiting = true
-	e.sameRun = c.waitingRun[e.d.RunId]
-	c.waitingRun[e.d.RunId] = e
-	c.waiting = append(c.waiting, e)
-}
-
-// unwait takes a result out of those waiting for an ack (it stays in c.waiting until
-// Unacked pops it).
-func (c *Core) unwait(e *entry) {
-	id := e.d.RunId
-	if c.waitingRun[id] == e {
-		if e.sameRun == nil {
-			delete(c.waitingRun, id)
+// unwait takes the result in slot s out of those waiting for an ack (its sequence
+// number stays in c.waiting until Unacked pops it).
+func (c *Core) unwait(s uint32) {
+	r := &c.records[s]
+	head := c.waitingRun[r.runHash]
+	if head == s {
+		if r.sameRun == 0 {
+			delete(c.waitingRun, r.runHash)
 		} else {
-			c.waitingRun[id] = e.sameRun
+			c.waitingRun[r.runHash] = r.sameRun - 1
 		}
 	} else {
-		for p := c.waitingRun[id]; p != nil; p = p.sameRun {
-			if p.sameRun == e {
-				p.sameRun = e.sameRun
+		for p := head; ; {
+			pr := &c.records[p]
+			if pr.sameRun == s+1 {
+				pr.sameRun = r.sameRun
 				break
 			}
+			if pr.sameRun == 0 {
+				panic("worker core: a waiting result is not listed under its run")
+			}
+			p = pr.sameRun - 1
 		}
 	}
-	e.waiting, e.sameRun = false, nil
+	r.waiting, r.sameRun = false, 0
+	head, ok := c.waitingRun[r.runHash]
+	if !c.runListed(head, ok, s) {
+		c.runsWaiting--
+	}
+}
+
+// runListed says whether the waiting list starting at slot head (when ok) holds a
+// result of the run in slot s other than s itself.
+func (c *Core) runListed(head uint32, ok bool, s uint32) bool {
+	for p := head; ok; {
+		if p != s && c.sameRunID(p, s) {
+			return true
+		}
+		ok = c.records[p].sameRun != 0
+		p = c.records[p].sameRun - 1
+	}
+	return false
 }
 
 // clock keeps the core's time from going back, so that c.waiting stays in the order

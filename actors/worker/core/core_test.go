@@ -183,8 +183,8 @@ func TestForgottenNotResent(t *testing.T) {
 	if len(rs) != RememberRuns || rs[0].RunId != "1" {
 		t.Fatalf("resent %d results, first %v, want %d from run 1", len(rs), rs[0].RunId, RememberRuns)
 	}
-	if len(c.waitingRun) != RememberRuns {
-		t.Fatalf("%d runs waiting, want %d", len(c.waitingRun), RememberRuns)
+	if c.Unacknowledged() != RememberRuns || len(c.waitingRun) != RememberRuns {
+		t.Fatalf("%d runs waiting (%d run hashes), want %d", c.Unacknowledged(), len(c.waitingRun), RememberRuns)
 	}
 	if a, _ := c.Dispatch(disp("1", 1, 1, "s")); a != Resend {
 		t.Fatalf("remembered run: %v, want Resend", a)
@@ -226,6 +226,9 @@ type refRun struct {
 func TestUnackedModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		c := New(64)
+		if rapid.Bool().Draw(t, "collide") { // every run id hashes alike
+			c = newCore(64, func(string) uint64 { return 7 })
+		}
 		runs := map[key]*refRun{}
 		var order []key
 		nowMs := int64(0)
@@ -302,24 +305,31 @@ func TestUnackedModel(t *testing.T) {
 					t.Fatalf("tick at %d: resent %v, want %v", nowMs, got, want)
 				}
 			}
-			// Every result waiting in the reference is listed under its run, once.
-			nWaiting := 0
-			for _, r := range runs {
+			// Every result waiting in the reference is listed under its run, once,
+			// and Unacknowledged counts the runs.
+			nWaiting, refRuns := 0, map[string]bool{}
+			for k, r := range runs {
 				if r.finished && !r.acked && r.resends < MaxResultResends {
 					nWaiting++
+					refRuns[k.run] = true
 				}
 			}
-			n := 0
-			for id, e := range c.waitingRun {
-				for ; e != nil; e = e.sameRun {
-					if !e.waiting || e.d.RunId != id {
-						t.Fatalf("run %s lists %v (waiting %v)", id, e.d.RunId, e.waiting)
+			n, listedRuns := 0, map[string]bool{}
+			for h, s := range c.waitingRun {
+				for more := true; more; {
+					rec := &c.records[s]
+					id := string(runIDOf(c.encoding(s)))
+					if !rec.waiting || rec.runHash != h || c.hash(id) != h {
+						t.Fatalf("run hash %x lists %s (waiting %v)", h, id, rec.waiting)
 					}
 					n++
+					listedRuns[id] = true
+					s, more = rec.sameRun-1, rec.sameRun != 0
 				}
 			}
-			if n != nWaiting {
-				t.Fatalf("%d results listed as waiting, want %d", n, nWaiting)
+			if n != nWaiting || len(listedRuns) != len(refRuns) || c.Unacknowledged() != len(refRuns) {
+				t.Fatalf("%d results of %d runs listed as waiting, Unacknowledged %d, want %d of %d",
+					n, len(listedRuns), c.Unacknowledged(), nWaiting, len(refRuns))
 			}
 		}
 	})

@@ -6,7 +6,55 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 )
+
+// prefetchChunkBytes is how much of a mapped segment prefetch brings in at a
+// time: small enough that the reader, which follows, is never far behind.
+const prefetchChunkBytes = 4 << 20
+
+// prefetch brings the mapped pages of views into the page cache and the
+// process's page tables (MADV_POPULATE_READ), in order, a chunk at a time,
+// in a goroutine, ahead of a reader going through them: otherwise the reader
+// takes a page fault every few pages and, when the journal is not in the page
+// cache (after a reboot, or once the kernel dropped it), a small synchronous
+// read with each. Replaying 1,000,000 records (128 MiB) from a cold cache,
+// the faults cost more than decoding them. It returns a function that stops
+// the goroutine and waits for it, which the caller calls before it lets the
+// segments go. Where the advice is not supported, the first chunk's error
+// ends the goroutine and the reader faults as before.
+func prefetch(views []segView) (stop func()) {
+	var bufs [][]byte
+	for _, v := range views {
+		if v.s.mm != nil && v.end > 0 { // mapped (not the pwrite backend's memory)
+			bufs = append(bufs, v.s.buf[:v.end])
+		}
+	}
+	if len(bufs) == 0 {
+		return func() {}
+	}
+	var stopped atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, buf := range bufs {
+			for off := 0; off < len(buf); off += prefetchChunkBytes {
+				if stopped.Load() {
+					return
+				}
+				if unix.Madvise(buf[off:min(off+prefetchChunkBytes, len(buf))], unix.MADV_POPULATE_READ) != nil {
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		stopped.Store(true)
+		<-done
+	}
+}
 
 type segView struct {
 	s   *segment
@@ -36,6 +84,7 @@ func (j *Journal) view(stream *uint64, from uint64) (views []segView, limit uint
 
 // iterate decodes, checksum included, every record of views up to limit.
 func iterate(views []segView, limit uint64, fn func(Record) error) error {
+	defer prefetch(views)()
 	for _, v := range views {
 		buf := v.s.buf[:v.end]
 		next := v.s.idx.firstLSN

@@ -143,7 +143,7 @@ func createSpare(dir string, sizeBytes int64, be backend) (*segment, error) {
 		s.buf = make([]byte, sizeBytes)
 		return s, nil
 	}
-	mm, err := mapWritable(f, int(sizeBytes))
+	mm, err := mapWritable(f, int(sizeBytes), 0)
 	if err != nil {
 		return fail(fmt.Errorf("persistence: mmap %s: %w", name, err))
 	}
@@ -165,15 +165,28 @@ func createSpare(dir string, sizeBytes int64, be backend) (*segment, error) {
 // clean cached pages, which an earlier reader may have read ahead into large
 // folios, are dropped first (POSIX_FADV_DONTNEED: they are on disk). Both are
 // advice; where they fail the mapping works as before, only slower.
-func mapWritable(f *os.File, size int) (mmap.MMap, error) {
-	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+//
+// Both apply only from the folio boundary at or below written, the end of what
+// the file already holds (0 for a new segment): the bytes below it are never
+// written again, and recovery reads them next. Dropping those from the page
+// cache, and reading them without readahead, made recovery read the active
+// segment back from disk a page per fault (46,143 major faults replaying a
+// 128 MiB journal of 1,000,000 jobs).
+func mapWritable(f *os.File, size, written int) (mmap.MMap, error) {
+	keep := min(written&^(maxFolioBytes-1), size)
+	_ = unix.Fadvise(int(f.Fd()), int64(keep), int64(size-keep), unix.FADV_DONTNEED)
 	mm, err := mmap.MapRegion(f, size, mmap.RDWR, 0, 0)
 	if err != nil {
 		return nil, err
 	}
-	_ = unix.Madvise(mm, unix.MADV_RANDOM)
+	_ = unix.Madvise(mm[keep:], unix.MADV_RANDOM)
 	return mm, nil
 }
+
+// maxFolioBytes is the largest page-cache folio readahead makes (a PMD, 2 MiB
+// on x86-64 and arm64 with 4 KiB pages): a folio wholly below a multiple of it
+// is never written through a segment's mapping.
+const maxFolioBytes = 2 << 20
 
 // activate turns a spare into the segment starting at base: it writes the
 // header into the mapping and renames the file. The flusher makes both
@@ -275,7 +288,7 @@ func (s *segment) makeWritable(be backend) error {
 		return fmt.Errorf("persistence: munmap %s: %w", s.name, err)
 	}
 	s.mm, s.buf = nil, nil
-	mm, err := mapWritable(s.f, size)
+	mm, err := mapWritable(s.f, size, s.idx.end)
 	if err != nil {
 		return fmt.Errorf("persistence: mmap %s: %w", s.name, err)
 	}

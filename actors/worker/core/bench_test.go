@@ -30,7 +30,7 @@ func benchFinish(c *Core, prefix string, n, unackedEvery int, nowMs int64) {
 func walkRemembered(c *Core) int {
 	n := 0
 	for i := range c.records {
-		if s, ok := c.index[c.records[i].keyHash]; ok && c.records[s].waiting {
+		if s, ok := c.index.lookup(c.records[i].keyHash, func(uint32) bool { return true }); ok && c.records[s].waiting {
 			n++
 		}
 	}

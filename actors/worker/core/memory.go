@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -31,10 +32,9 @@ import (
 //	          attempt    with the run id (in the result) the run's key
 //	          chunk/off/n  the result's protobuf encoding in the arena
 //	          owner      index in owners: shard, epoch and reply-to to answer at
-//	          next       the next older record with the same keyHash (collisions)
 //	          sentMs, resends, waiting, sameRun   the result's acknowledgement (core.go)
 //
-// index (a map of integers to integers, which the collector does not scan) finds a
+// index (integers only, which the collector does not scan: index.go) finds a
 // record by keyHash; every hit is checked against the full run id and attempt, so a
 // collision is a longer walk, never another run's answer. The results are encoded
 // into byte chunks appended in finish order; a chunk goes when its last record is
@@ -59,7 +59,6 @@ type record struct {
 	off     uint32
 	n       uint32
 	owner   uint32
-	next    uint32 // slot+1 of the next older record with the same keyHash
 	sameRun uint32 // slot+1 of the next waiting result with the same runHash
 	resends int32
 	waiting bool // in Core.waitingRun: finished, not acknowledged, not forgotten, not given up
@@ -89,7 +88,7 @@ type memory struct {
 	hash    func(string) uint64 // of a run id: a seeded maphash, or a weak one in tests
 	records []record            // the ring: grows to RememberRuns, then wraps
 	nextSeq uint64              // the sequence number of the next finished run
-	index   map[uint64]uint32   // keyHash → slot of the newest record with it
+	index   index               // keyHash → slot
 
 	chunks    []chunk // oldest first
 	chunkSeq  uint32  // the sequence number of the next chunk
@@ -103,7 +102,6 @@ type memory struct {
 
 func (m *memory) init(hash func(string) uint64) {
 	m.hash = hash
-	m.index = make(map[uint64]uint32)
 	m.ownerIndex = make(map[ownerKey]uint32)
 	m.chunkNext = arenaChunkMin
 }
@@ -118,15 +116,11 @@ func keyHashOf(runHash uint64, attempt int32) uint64 {
 
 // find returns the slot of run/attempt when it is remembered.
 func (m *memory) find(runID string, attempt int32) (uint32, bool) {
-	s, ok := m.index[keyHashOf(m.hash(runID), attempt)]
-	for ok {
+	h := keyHashOf(m.hash(runID), attempt)
+	return m.index.lookup(h, func(s uint32) bool {
 		r := &m.records[s]
-		if r.attempt == attempt && m.isRun(s, runID) {
-			return s, true
-		}
-		s, ok = r.next-1, r.next != 0
-	}
-	return 0, false
+		return r.keyHash == h && r.attempt == attempt && m.isRun(s, runID)
+	})
 }
 
 // slotOf is the slot of the record with sequence number seq, when it is still
@@ -150,16 +144,16 @@ func (c *Core) remember(r *messages.RunResult, d *messages.Dispatch) uint32 {
 	if int(s) < len(m.records) {
 		c.forget(s)
 	} else {
+		if len(m.records) == cap(m.records) { // double, not append's quarter: fewer copies of a large slice
+			m.records = slices.Grow(m.records, min(max(len(m.records), 1024), RememberRuns-len(m.records)))
+		}
 		m.records = append(m.records, record{})
 	}
 	runHash := m.hash(r.RunId)
 	rec := record{seq: seq, keyHash: keyHashOf(runHash, r.Attempt), runHash: runHash, attempt: r.Attempt,
 		owner: m.ownerOf(d)}
 	rec.chunk, rec.off, rec.n = m.store(r)
-	if head, ok := m.index[rec.keyHash]; ok {
-		rec.next = head + 1
-	}
-	m.index[rec.keyHash] = s
+	m.index.insert(rec.keyHash, s)
 	m.records[s] = rec
 	return s
 }
@@ -172,16 +166,7 @@ func (c *Core) forget(s uint32) {
 	if r.waiting {
 		c.unwait(s)
 	}
-	// The oldest record is the last of its index list.
-	if head := m.index[r.keyHash]; head == s {
-		delete(m.index, r.keyHash)
-	} else {
-		p := head
-		for m.records[p].next != s+1 {
-			p = m.records[p].next - 1
-		}
-		m.records[p].next = 0
-	}
+	m.index.remove(r.keyHash, s)
 	m.release(r.owner)
 	*r = record{}
 	// The chunks older than the next oldest record's hold no record any more (the

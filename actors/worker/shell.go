@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -45,25 +47,137 @@ func Traceparent(ctx context.Context) string { s, _ := ctx.Value(traceKey{}).(st
 // as each other: the run, then the result until it is sent). A runner sends it back
 // to the actor when the handler returns.
 type runState struct {
-	run   Run
-	trace traceContext
-	res   messages.RunResult
+	run Run
+	ctx runContext
+	res messages.RunResult
 }
 
-// traceContext carries the run's traceparent over the handler's context (the
-// timeout's, or Background): the value context and the boxed string that
-// context.WithValue made each run. A context derived from it finds the cancel
-// context under it as it would through WithValue's.
-type traceContext struct {
-	context.Context
+// runContext is a handler's context: the run's traceparent as a value, the job's
+// timeout as its deadline. context.WithValue and WithTimeout made six objects a
+// run (two contexts, the boxed traceparent, a timer, two funcs) and set a timer,
+// though most handlers never wait on Done; this one is part of the run's allocation
+// and sets its timer only when Done is first asked for (a context derived from it
+// asks, then registers through AfterFunc rather than a goroutine of its own).
+//
+// With a timeout it ends at the deadline (DeadlineExceeded: Err says so once the
+// deadline passed, timer or not) or when the handler returns (Canceled), as
+// WithTimeout's context with its cancel deferred did, and so do the contexts
+// derived from it. Without one it never ends, as context.Background's values did.
+type runContext struct {
 	traceparent string
+	deadline    time.Time // zero: no timeout
+
+	mu    sync.Mutex
+	err   error         // why it ended; nil until then
+	done  chan struct{} // made by the first Done
+	timer *time.Timer   // ends it at the deadline, set by the first Done
+	after []*afterFunc  // AfterFunc's functions, not run nor stopped yet
 }
 
-func (c *traceContext) Value(key any) any {
+type afterFunc struct{ f func() }
+
+func (c *runContext) Deadline() (time.Time, bool) { return c.deadline, !c.deadline.IsZero() }
+
+func (c *runContext) Value(key any) any {
 	if _, ok := key.(traceKey); ok {
 		return c.traceparent
 	}
-	return c.Context.Value(key)
+	return nil
+}
+
+func (c *runContext) Done() <-chan struct{} {
+	if c.deadline.IsZero() {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.err != nil {
+			close(c.done)
+		} else {
+			c.timer = time.AfterFunc(time.Until(c.deadline), c.expire) // (past: at once)
+		}
+	}
+	return c.done
+}
+
+func (c *runContext) Err() error {
+	if c.deadline.IsZero() {
+		return nil
+	}
+	c.mu.Lock()
+	err := c.err
+	c.mu.Unlock()
+	if err == nil && !time.Now().Before(c.deadline) {
+		c.end(context.DeadlineExceeded)
+		err = context.DeadlineExceeded
+	}
+	return err
+}
+
+// AfterFunc calls f once the context ends, unless stop was called first (stop then
+// returns true). The context package registers this way the cancel of a context
+// derived from this one, and of context.AfterFunc's (the unexported afterFuncer):
+// those are short, and are called at once as a cancelCtx calls its children's, in
+// the goroutine that ends the context (context.AfterFunc's own f still runs in a
+// goroutine of its own).
+func (c *runContext) AfterFunc(f func()) (stop func() bool) {
+	if c.deadline.IsZero() {
+		return func() bool { return true } // it never ends: f never runs
+	}
+	c.Done() // the timer
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		f()
+		return func() bool { return false }
+	}
+	a := &afterFunc{f: f}
+	c.after = append(c.after, a)
+	c.mu.Unlock()
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if i := slices.Index(c.after, a); i >= 0 {
+			c.after = slices.Delete(c.after, i, i+1)
+			return true
+		}
+		return false
+	}
+}
+
+// expire ends the context at its deadline (the timer's function).
+func (c *runContext) expire() { c.end(context.DeadlineExceeded) }
+
+// finish ends the context when the handler returned.
+func (c *runContext) finish() {
+	if !c.deadline.IsZero() {
+		c.end(context.Canceled)
+	}
+}
+
+// end ends the context with err, unless it ended already, and calls the AfterFunc
+// functions (outside the lock: they ask for Err).
+func (c *runContext) end(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	if c.done != nil {
+		close(c.done)
+	}
+	after := c.after
+	c.after = nil
+	c.mu.Unlock()
+	for _, a := range after {
+		a.f()
+	}
 }
 
 type resendTick struct{}
@@ -281,7 +395,7 @@ func (a *Actor) run(t runTask) *runState {
 	if debug {
 		a.log.Debug("run started", "run", d.RunId, "attempt", d.Attempt, "handler", d.Handler, "late_ms", r.StartMs-d.DueMs, "traceparent", d.Traceparent)
 	}
-	err := a.execute(t.h, d, r, &st.trace)
+	err := a.execute(t.h, d, r, &st.ctx)
 	res.EndMs = time.Now().UnixMilli()
 	switch {
 	case err == nil:
@@ -300,18 +414,17 @@ func (a *Actor) run(t runTask) *runState {
 	return st
 }
 
-// execute runs h with tc as its context.
-func (a *Actor) execute(h HandlerFunc, d *messages.Dispatch, r *Run, tc *traceContext) (err error) {
+// execute runs h with rc as its context.
+func (a *Actor) execute(h HandlerFunc, d *messages.Dispatch, r *Run, rc *runContext) (err error) {
 	if h == nil {
 		return fmt.Errorf("no handler %q registered on worker %s", d.Handler, a.id)
 	}
-	tc.Context, tc.traceparent = context.Background(), d.Traceparent
+	rc.traceparent = d.Traceparent
 	if d.TimeoutMs > 0 {
-		var cancel context.CancelFunc
-		tc.Context, cancel = context.WithTimeout(tc.Context, time.Duration(d.TimeoutMs)*time.Millisecond)
-		defer cancel()
+		rc.deadline = time.Now().Add(time.Duration(d.TimeoutMs) * time.Millisecond)
+		defer rc.finish()
 	}
-	var ctx context.Context = tc
+	var ctx context.Context = rc
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler %q panicked: %v", d.Handler, p)

@@ -59,11 +59,46 @@ func TestRunTimesOut(t *testing.T) {
 	for name, h := range map[string]HandlerFunc{
 		"waits":   func(ctx context.Context, _ *Run) error { <-ctx.Done(); return ctx.Err() },
 		"ignores": func(context.Context, *Run) error { time.Sleep(30 * time.Millisecond); return nil },
+		"derives": func(ctx context.Context, _ *Run) error {
+			child, cancel := context.WithCancel(ctx)
+			defer cancel()
+			<-child.Done()
+			return child.Err()
+		},
 	} {
 		a, task := testActor(h)
 		task.d.TimeoutMs = 5
 		if st := a.run(task); st.res.Outcome != messages.Outcome_TIMED_OUT {
 			t.Fatalf("%s: outcome %v (%q), want TIMED_OUT", name, st.res.Outcome, st.res.Error)
 		}
+	}
+}
+
+// context.AfterFunc on a handler's context runs once the run ends, unless stopped;
+// a run without a timeout has a context that never ends, as before.
+func TestRunContextAfterFuncAndNoTimeout(t *testing.T) {
+	ran := make(chan struct{})
+	var stopped bool
+	var again bool
+	a, task := testActor(func(ctx context.Context, _ *Run) error {
+		context.AfterFunc(ctx, func() { close(ran) })
+		stop := context.AfterFunc(ctx, func() { t.Error("a stopped AfterFunc ran") })
+		stopped, again = stop(), stop()
+		return nil
+	})
+	a.run(task)
+	<-ran // (never closed: the test times out)
+	if !stopped || again {
+		t.Fatalf("stop: %v then %v, want true then false", stopped, again)
+	}
+
+	var got context.Context
+	a, task = testActor(func(ctx context.Context, _ *Run) error { got = ctx; return nil })
+	task.d.TimeoutMs = 0
+	if st := a.run(task); st.res.Outcome != messages.Outcome_SUCCEEDED {
+		t.Fatalf("outcome %v", st.res.Outcome)
+	}
+	if _, ok := got.Deadline(); ok || got.Done() != nil || got.Err() != nil || Traceparent(got) != "00-trace-01" {
+		t.Fatalf("without a timeout: deadline %v, done %v, err %v", ok, got.Done(), got.Err())
 	}
 }

@@ -16,11 +16,11 @@ import (
 //
 // A worker remembers its last RememberRuns finished runs, to answer a dispatch of
 // one of them (a shard that did not get the result, or a new owner after a handoff)
-// with the result instead of running it again. As messages (a map entry, the run id,
-// a slimmed dispatch and the result with its strings, about 700 bytes in eight
-// objects a run) they were about 45 MB of pointers in the fire scenario's single
-// process, marked by the garbage collector on every cycle, and the collector's mark
-// phases are what delayed the deliveries there.
+// with the result instead of running it again. As messages (a map entry, an entry,
+// the run id, a slimmed dispatch and the result: about 600 bytes a run, 39 MB at
+// 65,536 in BenchmarkRemembered/gc) they were the largest heap of pointers in the
+// fire scenario's single process, marked by the garbage collector on every cycle,
+// and the collector's mark phases are what delayed the deliveries there.
 //
 // So a finished run is a fixed-size record without pointers, in a ring of
 // RememberRuns slots filled in the order runs finish (the oldest is forgotten when
@@ -36,7 +36,7 @@ import (
 //
 // index (integers only, which the collector does not scan: index.go) finds a
 // record by keyHash; every hit is checked against the full run id and attempt, so a
-// collision is a longer walk, never another run's answer. The results are encoded
+// collision is a longer probe, never another run's answer. The results are encoded
 // into byte chunks appended in finish order; a chunk goes when its last record is
 // forgotten. The few distinct places to answer (a shard's name, epoch and reply-to,
 // shared by all the runs it dispatched) are kept once each, counted, in owners.

@@ -35,10 +35,19 @@ func remoteConfig(host string, port int) *remote.Config {
 	return remote.Configure(host, port,
 		remote.WithEndpointWriterQueueSize(endpointQueueSize),
 		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.RecvBufferPool(recvBuffers)),
-		remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithRecvBufferPool(recvBuffers),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
-			grpc.WithConnectParams(grpc.ConnectParams{Backoff: connectBackoff, MinConnectTimeout: connectWait}),
-			grpc.WithStreamInterceptor(awaitReady)))
+		remote.WithDialOptions(append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithRecvBufferPool(recvBuffers),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))},
+			reconnectOptions()...)...))
+}
+
+// reconnectOptions are the dial options that make a connection attempt wait for
+// its peer (see connectWait).
+func reconnectOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: connectBackoff, MinConnectTimeout: connectWait}),
+		grpc.WithStreamInterceptor(awaitReady),
+	}
 }
 
 // connectWait is how long an endpoint's connection attempt waits for its peer to

@@ -18,20 +18,9 @@ import (
 // opens once the server is up, instead of failing at once, which made
 // proto.actor sleep 2 s before its next attempt. It fails without awaitReady.
 func TestStreamWaitsForPeer(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close() // nothing listens there now
+	addr := freedAddr(t) // nothing listens there now
 
-	conn, err := grpc.Dial(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: connectBackoff, MinConnectTimeout: connectWait}),
-		grpc.WithStreamInterceptor(awaitReady))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialFreed(t, addr)
 
 	srv := grpc.NewServer()
 	healthpb.RegisterHealthServer(srv, health.NewServer())
@@ -61,19 +50,8 @@ func TestStreamWaitsForPeer(t *testing.T) {
 // TestStreamToAbsentPeerFails checks that the wait is bounded: with nothing ever
 // listening, the stream fails (after connectWait), as proto.actor expects.
 func TestStreamToAbsentPeerFails(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	conn, err := grpc.Dial(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: connectBackoff, MinConnectTimeout: connectWait}),
-		grpc.WithStreamInterceptor(awaitReady))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	addr := freedAddr(t)
+	conn := dialFreed(t, addr)
 	done := make(chan error, 1)
 	go func() {
 		_, err := healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{})
@@ -87,4 +65,27 @@ func TestStreamToAbsentPeerFails(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the stream to an absent peer did not fail within a minute")
 	}
+}
+
+// freedAddr is a loopback address nothing listens on (a port just given back).
+func freedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// dialFreed dials addr with kjob's reconnect options, as an endpoint writer does.
+func dialFreed(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.Dial(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		reconnectOptions()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }

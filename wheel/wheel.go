@@ -230,7 +230,7 @@ type Wheel struct {
 	moved []uint32
 
 	// spent holds the slab indexes of entries fired from level-0 slots and
-	// not reused yet. Firing does not touch an entry (see fire): it stays as
+	// not reused yet. Firing does not touch an entry (see fireSlot): it stays as
 	// it was, recognisably fired by its due time (see isSpent), until alloc
 	// takes its index from here and bumps its generation.
 	spent []int32
@@ -727,7 +727,7 @@ func (w *Wheel) Advance(nowMs int64, fn func(dueMs int64, payload uint64)) int {
 	// in the slots: they go first, sorted.
 	if w.bucket(overdueBucket).live > 0 {
 		w.batchOverdue()
-		fired += w.fire(firingBucket, fn)
+		fired += w.fireBatch(fn)
 	}
 	for w.levelMask != 0 {
 		l := uint(bits.TrailingZeros16(w.levelMask))
@@ -785,11 +785,12 @@ func (w *Wheel) batchOverdue() {
 	ov.head, ov.live, ov.minOK = 0, 0, false
 }
 
-// fire fires the live elements of the firing bucket (the overdue batch) in
-// order until none is left. fn may cancel or move elements of it but cannot
+// fireBatch fires the live elements of the firing bucket (the overdue batch)
+// in order until none is left. fn may cancel or move elements of it but cannot
 // add any: only batchOverdue fills it. Its entries were read to sort them,
 // so each is released as it fires.
-func (w *Wheel) fire(b int32, fn func(dueMs int64, payload uint64)) int {
+func (w *Wheel) fireBatch(fn func(dueMs int64, payload uint64)) int {
+	const b = firingBucket
 	w.firing = b
 	bk := w.bucket(b)
 	n := 0

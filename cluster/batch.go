@@ -16,11 +16,20 @@ import (
 // Each request to a shard costs a future (an actor of its own in proto.actor), a
 // remote envelope each way and a turn of the shard's mailbox, whatever it carries:
 // at tens of thousands of creates a second that overhead is most of a create's CPU.
-// So the client keeps at most batchInFlight create requests in flight per shard;
-// creates that come while they are all out wait, and go together, as one
-// CreateJobs, as soon as one comes back. A lone create goes at once (a batch of
-// one): batching adds no wait, it only forms under load, and its size follows the
-// load (Nagle's algorithm, without the timer).
+// So the client keeps at most batchInFlight create requests in flight per shard,
+// and creates that come while requests are out wait and go together, as one
+// CreateJobs. A lone create goes at once (a batch of one): batching adds no wait
+// when nothing is out, and there is no timer.
+//
+// While requests are out, waiting creates go once an even share of everything
+// outstanding (in flight and waiting, divided by batchInFlight) is waiting — in a
+// free request or the one just returned — and always when the last request out
+// returns. Without that share the requests fell into a convoy: a returning request took the one or
+// two creates waiting at that instant, the creates its reply released came back
+// one by one into free requests of their own, and under load one request carried
+// nearly everything while the others carried one create each (half the batches were
+// of 1, a tenth of more than 170, at 256 creates in flight). Waiting for a share
+// never stalls a create: the last request out always takes what is waiting.
 //
 // A batch is only the first try. A create whose batch was lost (timeout, the
 // shard's server gone) or refused as a whole (NOT_OWNER: the shard moved) is tried
@@ -49,7 +58,8 @@ type batcher struct {
 
 	mu       sync.Mutex
 	queue    []*batchItem
-	inflight int
+	inflight int // requests out
+	carried  int // creates in them
 }
 
 func (c *Client) batcherFor(owner *messages.Ref) *batcher {
@@ -95,19 +105,48 @@ func (c *Client) createBatched(ctx context.Context, m *messages.CreateJob) (j *m
 }
 
 func (b *batcher) add(it *batchItem) {
-	b.mu.Lock()
-	b.queue = append(b.queue, it)
-	if b.inflight >= batchInFlight {
-		b.mu.Unlock()
-		return
+	if batch := b.queued(it); batch != nil {
+		go b.run(batch)
 	}
-	b.inflight++
-	batch := b.takeLocked()
-	b.mu.Unlock()
-	go b.run(batch)
 }
 
-// takeLocked takes the next batch off the queue.
+// queued queues a create, and returns a batch to send now in a request of its own,
+// or nil.
+func (b *batcher) queued(it *batchItem) []*batchItem {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.queue = append(b.queue, it)
+	if !b.readyLocked() {
+		return nil
+	}
+	return b.takeLocked()
+}
+
+// returned ends a request, and returns the batch it sends next, or nil.
+func (b *batcher) returned(batch []*batchItem) []*batchItem {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inflight--
+	b.carried -= len(batch)
+	if !b.readyLocked() {
+		return nil
+	}
+	return b.takeLocked()
+}
+
+// readyLocked reports whether the waiting creates should go now, in a request of
+// their own: at once when none is out, else when a request is free and an even share
+// of the creates outstanding is waiting.
+func (b *batcher) readyLocked() bool {
+	if len(b.queue) == 0 || b.inflight >= batchInFlight {
+		return false
+	}
+	// With none out the share is at most what waits: a lone create goes at once.
+	share := (b.carried + len(b.queue) + batchInFlight - 1) / batchInFlight
+	return len(b.queue) >= share
+}
+
+// takeLocked takes the next batch off the queue into a request.
 func (b *batcher) takeLocked() []*batchItem {
 	n, size := 0, 0
 	for n < len(b.queue) && n < batchMax {
@@ -118,6 +157,8 @@ func (b *batcher) takeLocked() []*batchItem {
 		n++
 	}
 	batch := append([]*batchItem(nil), b.queue[:n]...)
+	b.inflight++
+	b.carried += n
 	clear(b.queue[:n])
 	b.queue = b.queue[n:]
 	if len(b.queue) == 0 {
@@ -126,21 +167,16 @@ func (b *batcher) takeLocked() []*batchItem {
 	return batch
 }
 
-// run sends batches until the queue is empty.
+// run sends batches while its returning request is the one to take the waiting
+// creates (readyLocked).
 func (b *batcher) run(batch []*batchItem) {
-	for {
+	for batch != nil {
 		b.send(batch)
-		b.mu.Lock()
-		if len(b.queue) == 0 {
-			b.inflight--
-			b.mu.Unlock()
-			return
-		}
-		batch = b.takeLocked()
-		b.mu.Unlock()
+		batch = b.returned(batch)
 	}
 }
 
+// send sends one CreateJobs and hands each create its reply.
 func (b *batcher) send(batch []*batchItem) {
 	b.c.batches.Add(1)
 	b.c.batched.Add(int64(len(batch)))

@@ -1,0 +1,122 @@
+package cluster
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kjob/kjob/messages"
+)
+
+func batchItemN(i int) *batchItem {
+	return &batchItem{m: &messages.CreateJob{Job: &messages.Job{Id: int64(i)}}}
+}
+
+// A closed loop of creates, as a load generator or a busy service makes them: every
+// create whose request returned is made again at once. The oldest request returns
+// first. The batches must settle into even shares of the requests in flight, not a
+// convoy of one large batch beside batches of one (what the policy before
+// readyLocked's share did: half the batches of 1, a tenth of more than 170).
+func TestBatchesShareTheRequests(t *testing.T) {
+	for _, conc := range []int{8, 64, 256, 1000} {
+		b := &batcher{}
+		var out [][]*batchItem // requests in flight, oldest first
+		send := func(batch []*batchItem) {
+			if batch != nil {
+				out = append(out, batch)
+			}
+		}
+		for i := range conc {
+			send(b.queued(batchItemN(i)))
+		}
+		var sizes []int
+		sent := 0
+		for step := 0; step < 4000; step++ {
+			if len(out) == 0 {
+				t.Fatalf("C=%d step %d: nothing in flight, %d creates waiting", conc, step, len(b.queue))
+			}
+			done := out[0]
+			out = out[1:]
+			sizes = append(sizes, len(done))
+			sent += len(done)
+			send(b.returned(done))
+			for _, it := range done {
+				send(b.queued(it))
+			}
+			checkBatcher(t, b, out)
+		}
+		want := min((conc+batchInFlight-1)/batchInFlight, batchMax)
+		for i, n := range sizes[len(sizes)/2:] { // after the start
+			if n < want/2 || n > 2*want {
+				t.Fatalf("C=%d: batch %d carried %d creates, want about %d (an even share of %d requests); sizes %v",
+					conc, len(sizes)/2+i, n, want, batchInFlight, sizes[len(sizes)-20:])
+			}
+		}
+		if len(out) < min(batchInFlight, conc/want) {
+			t.Fatalf("C=%d: %d requests in flight at the end, want %d", conc, len(out), batchInFlight)
+		}
+		if sent < 4000 {
+			t.Fatalf("C=%d: only %d creates sent in 4000 returns", conc, sent)
+		}
+	}
+}
+
+// A lone create goes at once, and the creates that wait always go: whatever the
+// order of arrivals and returns, nothing waits while no request is out.
+func TestBatcherNeverStalls(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	b := &batcher{}
+	if batch := b.queued(batchItemN(0)); len(batch) != 1 {
+		t.Fatalf("a lone create went in a batch of %d, want 1 at once", len(batch))
+	}
+	b = &batcher{}
+	var out [][]*batchItem
+	next, acked := 0, 0
+	for step := 0; step < 100_000; step++ {
+		if rng.IntN(3) > 0 || len(out) == 0 {
+			if batch := b.queued(batchItemN(next)); batch != nil {
+				out = append(out, batch)
+			}
+			next++
+		} else {
+			k := rng.IntN(len(out)) // requests return in any order
+			done := out[k]
+			out = append(out[:k], out[k+1:]...)
+			acked += len(done)
+			if batch := b.returned(done); batch != nil {
+				out = append(out, batch)
+			}
+		}
+		checkBatcher(t, b, out)
+	}
+	for len(out) > 0 {
+		done := out[0]
+		out = out[1:]
+		acked += len(done)
+		if batch := b.returned(done); batch != nil {
+			out = append(out, batch)
+		}
+		checkBatcher(t, b, out)
+	}
+	if acked != next || len(b.queue) != 0 {
+		t.Fatalf("%d of %d creates sent, %d still waiting with no request out", acked, next, len(b.queue))
+	}
+}
+
+func checkBatcher(t *testing.T, b *batcher, out [][]*batchItem) {
+	t.Helper()
+	carried := 0
+	for _, batch := range out {
+		if len(batch) == 0 || len(batch) > batchMax {
+			t.Fatalf("a batch of %d creates", len(batch))
+		}
+		carried += len(batch)
+	}
+	switch {
+	case b.inflight != len(out) || b.carried != carried:
+		t.Fatalf("batcher counts %d requests carrying %d, in flight are %d carrying %d", b.inflight, b.carried, len(out), carried)
+	case len(out) > batchInFlight:
+		t.Fatalf("%d requests in flight, at most %d", len(out), batchInFlight)
+	case len(out) == 0 && len(b.queue) > 0:
+		t.Fatalf("%d creates waiting with no request out", len(b.queue))
+	}
+}

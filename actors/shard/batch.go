@@ -15,6 +15,10 @@ import (
 // per worker, in order: consecutive dispatches as one Dispatches, consecutive acks
 // as one ResultAcks (a lone one goes as itself). The worker handles each element as
 // if it came alone. Replies to clients are not held.
+//
+// Its slices are kept from one step to the next (a shard sends to the same few
+// workers step after step): dests[:len] are this step's, and what is beyond the
+// length keeps the message slices of earlier steps, emptied, for reuse.
 type outbox struct {
 	dests []outDest
 }
@@ -37,6 +41,12 @@ func (o *outbox) add(to *messages.Ref, m proto.Message) {
 			return
 		}
 	}
+	if n := len(o.dests); n < cap(o.dests) {
+		o.dests = o.dests[:n+1]
+		d := &o.dests[n]
+		d.to, d.msgs = to, append(d.msgs[:0], m)
+		return
+	}
 	o.dests = append(o.dests, outDest{to: to, msgs: []proto.Message{m}})
 }
 
@@ -50,18 +60,18 @@ func (o *outbox) flush(ctx actor.Context) {
 func (o *outbox) each(send func(to *messages.Ref, m proto.Message)) {
 	for i := range o.dests {
 		d := &o.dests[i]
-		for len(d.msgs) > 0 {
-			n := runLength(d.msgs)
+		for ms := d.msgs; len(ms) > 0; {
+			n := runLength(ms)
 			if n == 1 {
-				send(d.to, d.msgs[0])
+				send(d.to, ms[0])
 			} else {
-				send(d.to, batchOf(d.msgs[:n]))
+				send(d.to, batchOf(ms[:n]))
 			}
-			clear(d.msgs[:n])
-			d.msgs = d.msgs[n:]
+			ms = ms[n:]
 		}
+		clear(d.msgs) // sent: not kept alive by the reused slice
+		d.to, d.msgs = nil, d.msgs[:0]
 	}
-	clear(o.dests)
 	o.dests = o.dests[:0]
 }
 

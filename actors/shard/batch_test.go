@@ -57,6 +57,13 @@ func TestOutboxBatchesInOrder(t *testing.T) {
 	if len(o.dests) != 0 {
 		t.Fatal("the outbox kept messages after sending them")
 	}
+	for _, d := range o.dests[:cap(o.dests)] {
+		for _, m := range d.msgs[:cap(d.msgs)] {
+			if m != nil {
+				t.Fatalf("the outbox's reused slices keep %v alive after sending it", m)
+			}
+		}
+	}
 	// Params bound a batch of dispatches.
 	o.add(w1, d("big1", outBatchMaxBytes/2+1))
 	o.add(w1, d("big2", outBatchMaxBytes/2+1))
@@ -64,5 +71,23 @@ func TestOutboxBatchesInOrder(t *testing.T) {
 	o.each(func(*messages.Ref, proto.Message) { n++ })
 	if n != 2 {
 		t.Fatalf("two dispatches over the byte bound went in %d messages, want 2", n)
+	}
+}
+
+// The outbox's slices serve step after step: a step that sends to the workers an
+// earlier one sent to allocates nothing of the outbox's own.
+func TestOutboxReusesItsSlices(t *testing.T) {
+	w1 := &messages.Ref{Address: "a:1", Id: "w1"}
+	w2 := &messages.Ref{Address: "a:1", Id: "w2"}
+	acks := []*messages.ResultAck{{RunId: "a"}, {RunId: "b"}}
+	var o outbox
+	step := func() {
+		o.add(w1, acks[0])
+		o.add(w2, acks[1])
+		o.each(func(*messages.Ref, proto.Message) {})
+	}
+	step()
+	if n := testing.AllocsPerRun(100, step); n != 0 {
+		t.Fatalf("%v allocations a step, want 0", n)
 	}
 }

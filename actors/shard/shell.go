@@ -14,7 +14,8 @@ import (
 	"github.com/kjob/kjob/persistence"
 )
 
-// Journal is the part of persistence.Journal the shell uses.
+// Journal is the part of persistence.Journal the shell uses. Append copies the
+// entries' payloads before it returns (the core reuses their memory: core.Env).
 type Journal interface {
 	Append(entries []persistence.Entry, cb func(lastLSN uint64, err error)) (uint64, uint64, error)
 	WriteSnapshot(stream, lsn uint64, data []byte) error

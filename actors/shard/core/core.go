@@ -65,7 +65,9 @@ const (
 // Env is what the core needs from the world.
 type Env interface {
 	// Append journals entries without waiting; the owner later calls Durable with
-	// the LSN that became durable. It returns the last LSN assigned.
+	// the LSN that became durable. It returns the last LSN assigned. The entries'
+	// payloads are the core's scratch memory, valid until Append returns: an Env
+	// that keeps them copies them.
 	Append(entries []persistence.Entry) (lastLSN uint64, err error)
 	// Send delivers m to the actor named by to, fire and forget.
 	Send(to *messages.Ref, m proto.Message)
@@ -220,6 +222,9 @@ type Core struct {
 	closed    bool          // handed off: the shard is gone from here
 	ladderOps []ladderOp
 	pending   []persistence.Entry
+	pendBuf   []byte // pending's payloads, marshalled one after another (reused: Env.Append)
+	dueJobs   []int64
+	dueAt     []int64               // Tick's scratch: the jobs the wheel handed over and their due times
 	pendingT  []messages.RecordType // pending's records as messages, for a Recorder
 	pendingM  []proto.Message
 	name      string // cfg.Shard.String(), once
@@ -348,12 +353,21 @@ func (c *Core) Open(env Env) {
 	c.flush(env)
 }
 
+// pendBufMaxBytes bounds the payload buffer a shard keeps between steps: a step
+// that journaled more (a big import) leaves its buffer to the collector.
+const pendBufMaxBytes = 1 << 20
+
 func (c *Core) emit(t messages.RecordType, m proto.Message) {
-	b, err := proto.Marshal(m)
+	// Marshalled into the step's one buffer, not a slice of its own per record
+	// (two records a fire, each garbage once appended): a growth leaves the
+	// records before it in the old array, which they keep alive until Append.
+	n := len(c.pendBuf)
+	b, err := proto.MarshalOptions{}.MarshalAppend(c.pendBuf, m)
 	if err != nil {
 		panic(fmt.Sprintf("shard: marshal %T: %v", m, err)) // generated types always marshal
 	}
-	c.pending = append(c.pending, persistence.Entry{Stream: c.stream, Type: uint8(t), Payload: b})
+	c.pendBuf = b
+	c.pending = append(c.pending, persistence.Entry{Stream: c.stream, Type: uint8(t), Payload: b[n:len(b):len(b)]})
 	c.pendingT, c.pendingM = append(c.pendingT, t), append(c.pendingM, m)
 	c.apply(t, m)
 }
@@ -376,7 +390,11 @@ func (c *Core) flush(env Env) {
 		}
 	}
 	c.packDue()
+	clear(c.pending) // (their payloads: pendBuf's old arrays)
 	c.pending = c.pending[:0]
+	if c.pendBuf = c.pendBuf[:0]; cap(c.pendBuf) > pendBufMaxBytes {
+		c.pendBuf = nil
+	}
 	clear(c.pendingM)
 	c.pendingT, c.pendingM = c.pendingT[:0], c.pendingM[:0]
 	c.runLadder(env)
@@ -925,18 +943,16 @@ func (c *Core) Tick(nowMs int64, env Env) {
 	if c.failed != nil || c.frozen != nil {
 		return
 	}
-	fired := 0
-	var dueJobs []int64
-	var dueAt []int64
+	dueJobs, dueAt := c.dueJobs[:0], c.dueAt[:0]
 	c.due.Advance(nowMs+c.cfg.Mutations.FireEarlyMs, func(dueMs int64, payload uint64) {
 		dueJobs = append(dueJobs, int64(payload))
 		dueAt = append(dueAt, dueMs)
 	})
+	c.dueJobs, c.dueAt = dueJobs, dueAt
 	for i, id := range dueJobs {
 		if j := c.job(id); j != nil {
 			j.handle = 0
 			c.fire(j, dueAt[i], nowMs)
-			fired++
 		}
 	}
 	var expired []int64
@@ -1081,7 +1097,8 @@ func (c *Core) checkRouteKey(p *messages.Policy, params []byte) *messages.Error 
 // same id would be a second dead letter of one run, and a duplicate a worker drops).
 // The due itself never moves: a run is never dispatched before the time it was due.
 func (c *Core) runID(jobID, dueMs int64) string {
-	base := strconv.FormatInt(jobID, 10) + ":" + strconv.FormatInt(dueMs, 10)
+	var b [41]byte // two int64s and the colon, built in place: one allocation, not three
+	base := string(strconv.AppendInt(append(strconv.AppendInt(b[:0], jobID, 10), ':'), dueMs, 10))
 	if !c.runTaken(jobID, dueMs, base) {
 		return base
 	}

@@ -402,8 +402,8 @@ func (n *Node) recover() ([]server.Recovered, error) {
 }
 
 // applyRecord applies one decoded journal record to its shard's core during recovery.
-func (n *Node) applyRecord(cores map[uint64]*shardcore.Core, order *[]uint64) func(persistence.Record, proto.Message, error) error {
-	return func(r persistence.Record, m proto.Message, derr error) error {
+func (n *Node) applyRecord(cores map[uint64]*shardcore.Core, order *[]uint64) func(persistence.Record, *shardcore.Decoded) error {
+	return func(r persistence.Record, d *shardcore.Decoded) error {
 		if messages.RecordType(r.Type) == messages.RecordType_SHARD_IMPORTED {
 			// A shard handed to this node: the record holds all of it.
 			name, epoch, err := shardcore.ShardNameOfSnapshot(r.Payload)
@@ -441,7 +441,7 @@ func (n *Node) applyRecord(cores map[uint64]*shardcore.Core, order *[]uint64) fu
 			cores[r.Stream] = c
 			*order = append(*order, r.Stream)
 		}
-		return c.ReplayDecoded(r, m, derr)
+		return c.ReplayDecoded(r, d)
 	}
 }
 
@@ -455,9 +455,8 @@ const (
 )
 
 type replayItem struct {
-	r    persistence.Record
-	m    proto.Message
-	derr error
+	r persistence.Record
+	d shardcore.Decoded
 }
 
 // replayPipe decodes records on one goroutine and applies them in order on another.
@@ -469,10 +468,10 @@ type replayPipe struct {
 	apply   chan []replayItem
 	done    chan error
 	failed  atomic.Bool
-	applyFn func(persistence.Record, proto.Message, error) error
+	applyFn func(persistence.Record, *shardcore.Decoded) error
 }
 
-func newReplayPipe(apply func(persistence.Record, proto.Message, error) error) *replayPipe {
+func newReplayPipe(apply func(persistence.Record, *shardcore.Decoded) error) *replayPipe {
 	p := &replayPipe{decode: make(chan []replayItem, replayBatchesAhead), apply: make(chan []replayItem, replayBatchesAhead),
 		done: make(chan error, 1), applyFn: apply}
 	go func() {
@@ -480,7 +479,7 @@ func newReplayPipe(apply func(persistence.Record, proto.Message, error) error) *
 		for b := range p.decode {
 			for i := range b {
 				if messages.RecordType(b[i].r.Type) != messages.RecordType_SHARD_IMPORTED { // a whole snapshot: the applier loads it
-					b[i].m, b[i].derr = shardcore.Decode(messages.RecordType(b[i].r.Type), b[i].r.Payload)
+					b[i].d = shardcore.DecodeRecord(messages.RecordType(b[i].r.Type), b[i].r.Payload)
 				}
 			}
 			p.apply <- b
@@ -490,7 +489,7 @@ func newReplayPipe(apply func(persistence.Record, proto.Message, error) error) *
 		var err error
 		for b := range p.apply {
 			for i := 0; i < len(b) && err == nil; i++ {
-				err = p.applyFn(b[i].r, b[i].m, b[i].derr)
+				err = p.applyFn(b[i].r, &b[i].d)
 			}
 			if err != nil {
 				p.failed.Store(true)

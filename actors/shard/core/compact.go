@@ -202,27 +202,24 @@ func (s *coldStore) handler(h string) (uint16, string, bool) {
 	return i, h, true
 }
 
+// handlerBytes is handler's index, as handler.
+func (s *coldStore) handlerBytes(h []byte) (uint16, bool) {
+	if i, ok := s.handlerIx[string(h)]; ok {
+		return i, true
+	}
+	i, _, ok := s.handler(string(h))
+	return i, ok
+}
+
 // coldOf is jm as a compact job, when it is one (see the top of this file); jm's
 // handler must be in the handler table already (hi is its index).
 func coldOf(jm *messages.Job, app string, hi uint16) (coldJob, bool) {
-	s := jm.Schedule
-	if s == nil || s.Kind != messages.ScheduleKind_ONCE || jm.Policy != nil || jm.App != app ||
-		jm.State != messages.JobState_ACTIVE || jm.NextDueMs <= 0 || jm.Runs != 0 || jm.LastDueMs != 0 ||
-		jm.LastFinishMs != 0 || len(jm.Params) > coldParams ||
-		jm.Version <= 0 || jm.Version > 1<<32-1 || jm.UpdatedMs < jm.CreatedMs || jm.UpdatedMs-jm.CreatedMs > 1<<32-1 ||
-		s.Cron != "" || s.Tz != "" || s.EveryMs != 0 || s.StartMs != 0 || s.NotBeforeMs != 0 || s.NotAfterMs != 0 ||
-		s.MaxRuns != 0 || (s.AtMs != 0 && (s.DelayMs != 0 || jm.NextDueMs != s.AtMs)) ||
-		(s.AtMs == 0 && (s.DelayMs < 0 || jm.NextDueMs != jm.CreatedMs+s.DelayMs)) || !coldFieldsKnown() ||
-		len(jm.ProtoReflect().GetUnknown()) > 0 || len(s.ProtoReflect().GetUnknown()) > 0 {
+	if jm.Schedule == nil || jm.Policy != nil || jm.App != app || !coldFieldsKnown() ||
+		len(jm.ProtoReflect().GetUnknown()) > 0 || len(jm.Schedule.ProtoReflect().GetUnknown()) > 0 {
 		return coldJob{}, false
 	}
-	cj := coldJob{id: jm.Id, created: jm.CreatedMs, next: jm.NextDueMs,
-		upd: uint32(jm.UpdatedMs - jm.CreatedMs), version: uint32(jm.Version), handler: hi, nparams: uint8(len(jm.Params))}
-	if s.AtMs == 0 {
-		cj.flags = coldDelay
-	}
-	copy(cj.params[:], jm.Params)
-	return cj, true
+	f := flatOf(jm)
+	return f.compact(jm.Params, hi)
 }
 
 // coldMessage fills dst (and sched, which dst then points to) with the job cj

@@ -500,13 +500,8 @@ func (c *Core) Durable(lsn uint64, err error, env Env) {
 
 // Replay applies one journal record during recovery (records arrive in LSN order).
 func (c *Core) Replay(r persistence.Record) error {
-	m, err := decode(messages.RecordType(r.Type), r.Payload)
-	if err != nil {
-		return fmt.Errorf("shard %s: lsn %d: %w", c.cfg.Shard, r.LSN, err)
-	}
-	c.apply(messages.RecordType(r.Type), m)
-	c.appended, c.durable = r.LSN, r.LSN
-	return nil
+	d := DecodeRecord(messages.RecordType(r.Type), r.Payload)
+	return c.ReplayDecoded(r, &d)
 }
 
 // Recovered marks the end of recovery at the journal's durable LSN: runs that were
@@ -587,41 +582,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 			c.frozen = e
 		}
 	case messages.RecordType_JOB_PUT:
-		jm := m.(*messages.Job)
-		c.reqs.add(jm.RequestId, jm.Id, jm.UpdatedMs)
-		jm.RequestId = 0 // journal only (the window above keeps it)
-		// Every job of the shard has its app's name, and handlers are few: one copy
-		// of each string serves them all (they were two allocations per job).
-		if jm.App == c.cfg.Shard.App {
-			jm.App = c.cfg.Shard.App
-		}
-		_, jm.Handler, _ = c.cold.handler(jm.Handler)
-		j := c.jobs[jm.Id]
-		if j == nil {
-			j = c.unpackJob(jm.Id) // a new version of a packed job keeps its history
-		}
-		if j == nil {
-			c.dropCold(jm.Id) // a version replayed over a compact one
-			if c.putCold(jm) {
-				c.compiled = compiledFor{}
-				break
-			}
-			j = &job{}
-			c.jobs[jm.Id] = j
-		}
-		j.j = jm
-		sc := c.compiled.take(jm)
-		switch jm.Schedule.GetKind() {
-		case messages.ScheduleKind_ONCE, messages.ScheduleKind_API_ONLY:
-			// Nothing after the first due, which is in NextDueMs: no compiled
-			// schedule kept (a resume compiles it again; schedOf).
-			j.sched = nil
-		default:
-			if j.sched = sc; j.sched == nil {
-				j.sched, _ = compile(jm, jm.CreatedMs) // validated before it was journaled
-			}
-		}
-		c.setDue(j, jm.NextDueMs)
+		c.applyPut(m.(*messages.Job))
 	case messages.RecordType_JOB_DELETED:
 		ref := m.(*messages.JobRef)
 		id := ref.Id
@@ -703,6 +664,49 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		delete(c.dead, ref.RunId)
 		c.reqs.add(ref.RequestId, ref.Id, ref.AtMs)
 	}
+}
+
+// applyPut is apply of a JOB_PUT.
+func (c *Core) applyPut(jm *messages.Job) {
+	c.reqs.add(jm.RequestId, jm.Id, jm.UpdatedMs)
+	jm.RequestId = 0 // journal only (the window above keeps it)
+	// Every job of the shard has its app's name, and handlers are few: one copy
+	// of each string serves them all (they were two allocations per job).
+	if jm.App == c.cfg.Shard.App {
+		jm.App = c.cfg.Shard.App
+	}
+	_, jm.Handler, _ = c.cold.handler(jm.Handler)
+	j := c.jobs[jm.Id]
+	if j == nil {
+		j = c.unpackJob(jm.Id) // a new version of a packed job keeps its history
+	}
+	if j == nil {
+		c.dropCold(jm.Id) // a version replayed over a compact one
+		if c.putCold(jm) {
+			c.compiled = compiledFor{}
+			return
+		}
+		j = &job{}
+		c.jobs[jm.Id] = j
+	}
+	c.setJob(j, jm)
+}
+
+// setJob makes jm the job j holds, with its schedule and due.
+func (c *Core) setJob(j *job, jm *messages.Job) {
+	j.j = jm
+	sc := c.compiled.take(jm)
+	switch jm.Schedule.GetKind() {
+	case messages.ScheduleKind_ONCE, messages.ScheduleKind_API_ONLY:
+		// Nothing after the first due, which is in NextDueMs: no compiled
+		// schedule kept (a resume compiles it again; schedOf).
+		j.sched = nil
+	default:
+		if j.sched = sc; j.sched == nil {
+			j.sched, _ = compile(jm, jm.CreatedMs) // validated before it was journaled
+		}
+	}
+	c.setDue(j, jm.NextDueMs)
 }
 
 func (c *Core) setDue(j *job, dueMs int64) {

@@ -1,13 +1,17 @@
 package core
 
 import (
+	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/messages"
+	"github.com/kjob/kjob/persistence"
 )
 
 func randJobForDecode(rng *rand.Rand) *messages.Job {
@@ -103,4 +107,167 @@ func FuzzDecodeJobFast(f *testing.F) {
 			t.Fatalf("fast %v\nproto %v", got, want)
 		}
 	})
+}
+
+// compactishJob is a job that can be kept compact, or, now and then, one that
+// misses by a single field.
+func compactishJob(rng *rand.Rand) *messages.Job {
+	j := &messages.Job{Id: rng.Int64(), App: "app", Handler: "h" + string(rune('a'+rng.IntN(3))),
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 5_000},
+		State:    messages.JobState_ACTIVE, Version: 1 + rng.Int64N(3), CreatedMs: 1_000, UpdatedMs: 1_000 + rng.Int64N(9),
+		NextDueMs: 5_000, RequestId: rng.Int64()}
+	if n := rng.IntN(coldParams + 2); n > 0 {
+		j.Params = make([]byte, n-1) // present and empty, too
+	}
+	if rng.IntN(2) == 0 {
+		j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 400}
+		j.NextDueMs = 1_400
+	}
+	switch rng.IntN(16) {
+	case 0:
+		j.App = "other"
+	case 1:
+		j.Runs = 1
+	case 2:
+		j.State = messages.JobState_PAUSED
+	case 3:
+		j.Version = 1 << 32
+	case 4:
+		j.UpdatedMs = j.CreatedMs - 1
+	case 5:
+		j.NextDueMs++
+	case 6:
+		j.Schedule.Tz = "UTC"
+	case 7:
+		j.Schedule.MaxRuns = 1
+	case 8:
+		j.Schedule = nil
+	case 9:
+		j.LastFinishMs = 1
+	}
+	return j
+}
+
+// DecodeRecord leaves compact exactly the JOB_PUTs coldOf keeps compact, as the job
+// proto.Unmarshal decodes; every other record is decoded as Decode decodes it.
+func TestDecodeRecordMatchesProto(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	puts := 0
+	for i := range 20_000 {
+		var j *messages.Job
+		if i%2 == 0 {
+			j = compactishJob(rng)
+		} else {
+			j = randJobForDecode(rng)
+		}
+		b, err := proto.Marshal(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%7 == 0 { // an unknown field
+			b = protowire.AppendVarint(protowire.AppendTag(b, 99, protowire.VarintType), 5)
+		}
+		if put := checkDecodeRecord(t, b); put {
+			puts++
+		}
+	}
+	if puts < 2_000 {
+		t.Fatalf("only %d of 20,000 jobs were left compact", puts)
+	}
+	// Records of other types are their messages.
+	ref, _ := proto.Marshal(&messages.JobRef{Id: 7, RequestId: 9})
+	d := DecodeRecord(messages.RecordType_JOB_DELETED, ref)
+	if want, _ := Decode(messages.RecordType_JOB_DELETED, ref); d.put || d.err != nil || !proto.Equal(d.m, want) {
+		t.Fatalf("JOB_DELETED decoded to %+v, want %v", d, want)
+	}
+}
+
+// checkDecodeRecord checks DecodeRecord of JOB_PUT payload b against
+// proto.Unmarshal and coldOf, and reports whether it was left compact.
+func checkDecodeRecord(t *testing.T, b []byte) bool {
+	t.Helper()
+	want := &messages.Job{}
+	werr := proto.Unmarshal(b, want)
+	d := DecodeRecord(messages.RecordType_JOB_PUT, b)
+	if (d.err != nil) != (werr != nil) {
+		t.Fatalf("DecodeRecord error %v, proto.Unmarshal %v", d.err, werr)
+	}
+	if werr != nil {
+		return false
+	}
+	wantCold, compact := coldOf(want, want.App, 0)
+	if d.put != compact {
+		t.Fatalf("left compact %v, coldOf says %v: %v", d.put, compact, want)
+	}
+	got := d.m
+	if d.put {
+		got = d.message(b)
+		cj := d.cold
+		cj.handle = wantCold.handle
+		if cj != wantCold {
+			t.Fatalf("compact %+v, coldOf %+v", d.cold, wantCold)
+		}
+	}
+	if !proto.Equal(got, want) {
+		t.Fatalf("decoded %v\nproto %v", got, want)
+	}
+	return d.put
+}
+
+// FuzzDecodeRecord: on any bytes, DecodeRecord of a JOB_PUT agrees with
+// proto.Unmarshal and coldOf.
+func FuzzDecodeRecord(f *testing.F) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 20 {
+		b, _ := proto.Marshal(compactishJob(rng))
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkDecodeRecord(t, b) })
+}
+
+// A compact JOB_PUT the shard cannot keep compact (its handler table is full, the
+// job is of another app, the shard keeps every job full) is replayed as its
+// message would be.
+func TestReplayCompactPutFallsBack(t *testing.T) {
+	var log []persistence.Record
+	put := func(j *messages.Job) {
+		b, err := proto.Marshal(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log = append(log, persistence.Record{LSN: uint64(len(log) + 1), Type: uint8(messages.RecordType_JOB_PUT), Payload: b})
+	}
+	once := func(id int64, handler, app string) *messages.Job {
+		return &messages.Job{Id: id, App: app, Handler: handler, Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 5_000},
+			State: messages.JobState_ACTIVE, Version: 1, CreatedMs: 1_000, UpdatedMs: 1_000, NextDueMs: 5_000, RequestId: 100 + id}
+	}
+	for i := range maxInterned {
+		put(once(int64(i+1), fmt.Sprint("h", i), "app"))
+	}
+	put(once(maxInterned+1, "one too many", "app"))
+	put(once(maxInterned+2, "h0", "other"))
+	put(once(1, "h1", "app")) // a new version of a compact job
+	for _, full := range []bool{false, true} {
+		cfg := Config{Shard: route.Root("app"), FullJobs: full}
+		want := New(cfg, 1000, 1)
+		if err := replayMessages(want, log); err != nil {
+			t.Fatal(err)
+		}
+		got := New(cfg, 1000, 1)
+		for _, r := range log {
+			if err := got.Replay(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(got.Snapshot(), want.Snapshot()) {
+			t.Fatalf("full %v: replayed differently from the messages", full)
+		}
+		wantCompact := maxInterned
+		if full {
+			wantCompact = 0
+		}
+		if got.Compact() != wantCompact || got.Jobs() != maxInterned+2 {
+			t.Fatalf("full %v: %d jobs, %d compact; want %d, %d", full, got.Jobs(), got.Compact(), maxInterned+2, wantCompact)
+		}
+	}
 }

@@ -427,14 +427,18 @@ func ShardNameOfSnapshot(data []byte) (string, int64, error) {
 	return meta.GetShard(), meta.GetEpoch(), nil
 }
 
-// ReplayDecoded is Replay of a record whose payload was decoded already, by Decode
-// (decodeErr is Decode's error): recovery decodes on another goroutine than the one
-// that applies. Replay(r) and ReplayDecoded(r, Decode(r)) do the same.
-func (c *Core) ReplayDecoded(r persistence.Record, m proto.Message, decodeErr error) error {
-	if decodeErr != nil {
-		return fmt.Errorf("shard %s: lsn %d: %w", c.cfg.Shard, r.LSN, decodeErr)
+// ReplayDecoded is Replay of a record whose payload was decoded already, by
+// DecodeRecord: recovery decodes on another goroutine than the one that applies.
+// Replay(r) and ReplayDecoded(r, DecodeRecord(r)) do the same.
+func (c *Core) ReplayDecoded(r persistence.Record, d *Decoded) error {
+	if d.err != nil {
+		return fmt.Errorf("shard %s: lsn %d: %w", c.cfg.Shard, r.LSN, d.err)
 	}
-	c.apply(messages.RecordType(r.Type), m)
+	if d.put {
+		c.applyCompactPut(d, r.Payload)
+	} else {
+		c.apply(messages.RecordType(r.Type), d.m)
+	}
 	c.appended, c.durable = r.LSN, r.LSN
 	return nil
 }

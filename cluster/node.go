@@ -358,6 +358,7 @@ func (n *Node) recover() ([]server.Recovered, error) {
 		if err := c.LoadSnapshot(data, lsn); err != nil {
 			return err
 		}
+		c.Reserve(n.journal.RecordsAfter(stream, lsn))
 		cores[stream] = c
 		order = append(order, stream)
 		return nil
@@ -418,6 +419,7 @@ func (n *Node) applyRecord(cores map[uint64]*shardcore.Core, order *[]uint64) fu
 			if err := c.LoadSnapshot(r.Payload, r.LSN); err != nil {
 				return err
 			}
+			c.Reserve(n.journal.RecordsAfter(r.Stream, r.LSN))
 			if cores[r.Stream] == nil {
 				*order = append(*order, r.Stream)
 			}
@@ -438,6 +440,9 @@ func (n *Node) applyRecord(cores map[uint64]*shardcore.Core, order *[]uint64) fu
 				return err
 			}
 			c = n.newCore(s, meta.Epoch)
+			// Every record of the stream could create a job: the tables are sized
+			// for them all at once (Recovered gives back what they did not use).
+			c.Reserve(n.journal.RecordsAfter(r.Stream, r.LSN))
 			cores[r.Stream] = c
 			*order = append(*order, r.Stream)
 		}

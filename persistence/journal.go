@@ -416,6 +416,22 @@ func (j *Journal) releaseAll() error {
 // Report returns what Open found.
 func (j *Journal) Report() RecoveryReport { return j.report }
 
+// RecordsAfter is an upper bound on the records of stream with an LSN above lsn
+// that the journal held when it was opened: those of the stream in every segment
+// that holds a record above lsn (records appended since Open are not counted).
+// Recovery sizes a stream's tables by it before it replays the stream.
+func (j *Journal) RecordsAfter(stream, lsn uint64) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	n := 0
+	for _, s := range j.segs {
+		if s.idx.lastLSN > lsn {
+			n += s.idx.opened[stream]
+		}
+	}
+	return n
+}
+
 // DurableLSN returns the highest LSN known durable.
 func (j *Journal) DurableLSN() uint64 { return j.durable.Load() }
 

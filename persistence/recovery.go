@@ -42,6 +42,10 @@ type segIndex struct {
 	// streams maps each stream with a record here to its highest LSN here;
 	// compaction deletes the segment once every one of them is covered.
 	streams map[uint64]uint64
+	// opened counts each stream's records here when Open scanned the segment
+	// (appends since do not count): recovery sizes a stream's tables by it
+	// (RecordsAfter).
+	opened map[uint64]int
 }
 
 // recoveryPlan is the outcome of planRecovery: which segments to keep, what
@@ -88,14 +92,31 @@ func planRecovery(imgs []segImage, truncate bool) (recoveryPlan, error) {
 			reportFile, reportOff, reason = img.name, 0, err.Error()
 			break
 		}
-		idx := segIndex{hdr: h, firstLSN: h.BaseLSN, streams: map[uint64]uint64{}}
+		idx := segIndex{hdr: h, firstLSN: h.BaseLSN, streams: map[uint64]uint64{}, opened: map[uint64]int{}}
+		// Records come in runs of one stream: the maps are written once a run.
+		var run struct {
+			stream, last uint64
+			n            int
+		}
+		endRun := func() {
+			if run.n > 0 {
+				idx.streams[run.stream] = run.last
+				idx.opened[run.stream] += run.n
+			}
+		}
 		res, _ := ScanSegment(img.buf, func(r Record, _ int) error {
-			idx.streams[r.Stream] = r.LSN
+			if run.n == 0 || r.Stream != run.stream {
+				endRun()
+				run.stream, run.n = r.Stream, 0
+			}
+			run.last = r.LSN
+			run.n++
 			if r.Type == typeDropStream {
 				p.drops[r.Stream] = r.LSN
 			}
 			return nil
 		})
+		endRun()
 		idx.end, idx.records, idx.lastLSN = res.End, res.Records, res.LastLSN
 		p.kept = append(p.kept, idx)
 		p.records += uint64(res.Records)

@@ -20,8 +20,9 @@ const (
 )
 
 type coldIndex struct {
-	parts [idxParts]idxPart
-	n     int
+	parts    [idxParts]idxPart
+	n        int
+	reserved bool // reserve sized the parts: fit shrinks what is unused
 }
 
 type idxPart struct {
@@ -123,4 +124,46 @@ func (x *coldIndex) remove(id int64, idOf func(uint32) int64) bool {
 		p.resize(len(p.cells)/2, idOf)
 	}
 	return true
+}
+
+// reserve sizes the parts for n ids in all (at most what refs can name), spread as
+// the hash spreads them, so that inserting them resizes few of the parts, if any;
+// it never shrinks one. fit gives back what was not used.
+func (x *coldIndex) reserve(n int, idOf func(uint32) int64) {
+	per := min(n, coldMaxChunks*coldChunk) / idxParts
+	per += per/8 + 16 // about the spread of the parts' counts: a part past it grows as usual
+	size := idxSizeFor(per)
+	for i := range x.parts {
+		if p := &x.parts[i]; len(p.cells) < size {
+			p.resize(size, idOf)
+		}
+	}
+	x.reserved = true
+}
+
+// fit shrinks every part that reserve left larger than its ids need to the size
+// insert would have grown it to.
+func (x *coldIndex) fit(idOf func(uint32) int64) {
+	if !x.reserved {
+		return
+	}
+	x.reserved = false
+	for i := range x.parts {
+		p := &x.parts[i]
+		if p.n == 0 {
+			p.cells = nil
+		} else if size := idxSizeFor(p.n); len(p.cells) > size {
+			p.resize(size, idOf)
+		}
+	}
+}
+
+// idxSizeFor is the size of a part insert grows to for n ids: the least power of
+// two, at least 16, that holds them at a load of at most 3/4.
+func idxSizeFor(n int) int {
+	size := 16
+	for n*4 > size*3 {
+		size *= 2
+	}
+	return size
 }

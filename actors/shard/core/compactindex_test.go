@@ -1,8 +1,12 @@
 package core
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kjob/kjob/actors/route"
+	"github.com/kjob/kjob/messages"
 )
 
 // The index agrees with a map under random inserts and removes, through growth,
@@ -15,6 +19,19 @@ func TestColdIndexMatchesMap(t *testing.T) {
 		free := []uint32{}         // refs to reuse
 		want := map[int64]uint32{} // id → ref
 		idOf := func(ref uint32) int64 { return ids[ref] }
+		// Sized ahead or not, and rightly or wrongly: reserve and fit change no
+		// answer, and fit leaves no part larger than growing would have.
+		reserveAt, reserveN, fitAt := -1, 0, -1
+		switch seed {
+		case 2:
+			reserveAt, reserveN, fitAt = 0, 100, 20_000 // too small
+		case 3:
+			reserveAt, reserveN, fitAt = 0, 40_000, 25_000 // about right
+		case 4:
+			reserveAt, reserveN, fitAt = 0, 1_000_000, 60_000 // far too large, fit while falling
+		case 5:
+			reserveAt, reserveN, fitAt = 50_000, 200_000, 90_000 // over entries already there
+		}
 		minN, maxN := 1<<30, 0
 		check := func(step int) {
 			if x.n != len(want) {
@@ -37,6 +54,19 @@ func TestColdIndexMatchesMap(t *testing.T) {
 		// Snowflake-like ids (a time prefix and a sequence) and random ones; the
 		// population grows to 40,000, falls to a few, grows again.
 		for step := range 120_000 {
+			if step == reserveAt {
+				x.reserve(reserveN, idOf)
+				check(step)
+			}
+			if step == fitAt {
+				x.fit(idOf)
+				check(step)
+				for i := range x.parts {
+					if p := &x.parts[i]; (p.n == 0 && p.cells != nil) || (p.n > 0 && len(p.cells) > idxSizeFor(p.n)) {
+						t.Fatalf("seed %d: part %d holds %d ids in %d cells after fit", seed, i, p.n, len(p.cells))
+					}
+				}
+			}
 			grow := (step/30_000)%2 == 0
 			removeP := 2 // in 10: the population grows, then falls to a few
 			if !grow {
@@ -85,6 +115,53 @@ func TestColdIndexMatchesMap(t *testing.T) {
 		}
 		if x.remove(-5, idOf) {
 			t.Fatal("removed an id never inserted")
+		}
+	}
+}
+
+// Reserve before a replay changes nothing the shard does, however wrong the count,
+// and once recovered the index is no larger than without it.
+func TestReserveChangesNothing(t *testing.T) {
+	c, e := newCore(1000)
+	rng := rand.New(rand.NewPCG(9, 9))
+	for id := int64(1); id <= 20_000; id++ {
+		c.Handle(1000, client, &messages.CreateJob{Job: onceJob(id, 100+rng.Int64N(5_000)), RequestId: id}, e)
+		if id%3 == 0 {
+			c.Handle(1000, client, &messages.DeleteJob{App: "app", Id: 1 + rng.Int64N(id), RequestId: 1_000_000 + id}, e)
+		}
+	}
+	c.Durable(e.lsn, nil, e)
+	replay := func(reserve int) *Core {
+		r := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}}, 1000, 1)
+		if reserve >= 0 {
+			r.Reserve(reserve)
+		}
+		for _, rec := range e.log {
+			if err := r.Replay(rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.Recovered(1000, e.lsn, &fakeEnv{})
+		return r
+	}
+	cells := func(c *Core) (n int) {
+		for i := range c.cold.idx.parts {
+			n += len(c.cold.idx.parts[i].cells)
+		}
+		return n
+	}
+	plain := replay(-1)
+	want := plain.Snapshot()
+	if plain.Compact() < 10_000 {
+		t.Fatalf("only %d jobs compact", plain.Compact())
+	}
+	for _, n := range []int{0, 10, len(e.log), 1 << 22} {
+		got := replay(n)
+		if !bytes.Equal(got.Snapshot(), want) {
+			t.Fatalf("Reserve(%d): the replay snapshots differently", n)
+		}
+		if cells(got) > cells(plain) {
+			t.Fatalf("Reserve(%d): %d cells after recovery, %d without", n, cells(got), cells(plain))
 		}
 	}
 }

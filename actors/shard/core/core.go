@@ -511,6 +511,7 @@ func (c *Core) Recovered(nowMs int64, durableLSN uint64, env Env) {
 	c.now = nowMs
 	c.live = true
 	c.reqs.settle()
+	c.cold.idx.fit(c.cold.idOf) // what Reserve sized and the replay did not fill
 	c.appended, c.durable = durableLSN, durableLSN
 	if c.frozen != nil { // a closed (handed-off) shard must not fire (sim seed 3)
 		return

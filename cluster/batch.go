@@ -24,12 +24,12 @@ import (
 // While requests are out, waiting creates go once an even share of everything
 // outstanding (in flight and waiting, divided by batchInFlight) is waiting — in a
 // free request or the one just returned — and always when the last request out
-// returns. Without that share the requests fell into a convoy: a returning request took the one or
-// two creates waiting at that instant, the creates its reply released came back
-// one by one into free requests of their own, and under load one request carried
-// nearly everything while the others carried one create each (half the batches were
-// of 1, a tenth of more than 170, at 256 creates in flight). Waiting for a share
-// never stalls a create: the last request out always takes what is waiting.
+// returns, so waiting for a share never stalls a create. Without the share the
+// requests fell into a convoy: a returning request took the one or two creates
+// waiting at that instant, the creates its reply released came back one by one
+// into free requests of their own, and under load one request carried nearly
+// everything while the others carried one create each (half the batches were of
+// 1, a tenth of more than 170, at 256 creates in flight).
 //
 // A batch is only the first try. A create whose batch was lost (timeout, the
 // shard's server gone) or refused as a whole (NOT_OWNER: the shard moved) is tried

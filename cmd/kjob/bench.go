@@ -1142,8 +1142,8 @@ func printBench(w io.Writer, r *BenchReport) {
 	if f := r.Fire; f != nil {
 		s := fmt.Sprintf("fire (N=%d at %s/s)", f.N, benchNum(f.OfferedPerSec))
 		row(s, "lateness p50 / p99 / p999 / max", fmt.Sprintf("%.2f / %.2f / %.2f / %.2f ms", f.Lateness.P50Ms, f.Lateness.P99Ms, f.Lateness.P999Ms, f.Lateness.MaxMs))
-		row(s, "  of which due -> shard dispatch p50 / p99 / max", fmt.Sprintf("%.0f / %.0f / %.0f ms (whole ms)", f.ShardLateness.P50Ms, f.ShardLateness.P99Ms, f.ShardLateness.MaxMs))
-		row(s, "  and dispatch -> handler start p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f ms", f.DeliveryLateness.P50Ms, f.DeliveryLateness.P99Ms, f.DeliveryLateness.MaxMs))
+		row(s, "  of which due -> shard's fire step p50 / p99 / max", fmt.Sprintf("%.0f / %.0f / %.0f ms (whole ms)", f.ShardLateness.P50Ms, f.ShardLateness.P99Ms, f.ShardLateness.MaxMs))
+		row(s, "  and fire step -> handler start p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f ms", f.DeliveryLateness.P50Ms, f.DeliveryLateness.P99Ms, f.DeliveryLateness.MaxMs))
 		row(s, "fires/s sustained (peak 1 s)", fmt.Sprintf("%s (%s)", benchNum(f.FiresPerSec), benchNum(f.FiresPerSecMax)))
 		row(s, "fired / missing / duplicate / early / retried", fmt.Sprintf("%d / %d / %d / %d / %d", f.Fired, f.Missing, f.Duplicates, f.Early, f.Retried))
 		row(s, "created after due (of N)", strconv.Itoa(f.CreatedLate))

@@ -66,6 +66,11 @@ type NodeConfig struct {
 	// workers per shard of an app than Workers, or more fires a minute than Fires
 	// (zero: the defaults, 500 and 300,000; negative: never).
 	Split nscore.SplitPolicy
+	// ArmMs is how far ahead of its due a shard journals a fire, to send it at the
+	// due with its record already durable (shardcore.Config.ArmMs): 0 =
+	// shardcore.DefaultArmMs, negative = none (journaled at the due). A change to a
+	// job that reaches its shard within ArmMs of a due is applied after that fire.
+	ArmMs int64
 }
 
 // Node is a running kjob server.
@@ -330,6 +335,14 @@ func (s *startSignal) StartMember(c *pcluster.Cluster) error {
 func (n *Node) newCore(s route.Shard, epoch int64) *shardcore.Core {
 	cfg := n.cfg.Shard
 	cfg.Shard = s
+	switch {
+	case n.cfg.ArmMs == 0:
+		cfg.ArmMs = shardcore.DefaultArmMs
+	case n.cfg.ArmMs > 0:
+		cfg.ArmMs = n.cfg.ArmMs
+	default:
+		cfg.ArmMs = 0
+	}
 	if p := n.cfg.AppPolicies[s.App]; p != nil {
 		cfg.AppPolicy = p
 	}

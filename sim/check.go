@@ -24,8 +24,9 @@ import (
 //	                     acknowledged
 //	fixed-delay-spacing  a fixed-delay job's next due is not every_ms after its run
 //	                     finished, on the owner's clock
-//	early-fire           a scheduled run is journaled as dispatched before its due time on
-//	                     the owner's clock (the latest time that clock ever showed)
+//	early-fire           a run is sent to a worker before its due time on the owner's
+//	                     clock (the latest time that clock ever showed), or a scheduled
+//	                     run is journaled as dispatched more than Config.ArmMs before it
 //	due-fired-twice      a scheduled fire's run id is taken by a run in flight (its due
 //	                     fired before, or a trigger in the same ms): runID moves the
 //	                     fire's due and id, possibly ahead of the clock
@@ -192,7 +193,7 @@ func (k *checker) dispatched(h *shardHost, st *messages.RunState, now int64) {
 			return
 		}
 		h.next[st.JobId] = st.JobNextDueMs
-		if seen := h.srv.clock.maxSeen; seen < st.DueMs {
+		if seen := h.srv.clock.maxSeen; seen < st.DueMs-k.s.cfg.ArmMs {
 			k.failf("early-fire", "%s on %s dispatched %s due at %d when its clock read %d (%d ms early)",
 				h.name, h.srv.addr, st.RunId, st.DueMs, seen, st.DueMs-seen)
 		}
@@ -310,6 +311,10 @@ func (k *checker) shardSent(h *shardHost, to *messages.Ref, m proto.Message) {
 	if jm, ok := k.deletedBefore(d.JobId); ok {
 		k.failf("fire-after-delete", "%s on %s dispatched %s attempt %d of job %d, whose delete was acknowledged at t=%d",
 			h.name, h.srv.addr, d.RunId, d.Attempt, d.JobId, jm.deletedAt-startMs)
+	}
+	if seen := h.srv.clock.maxSeen; seen < d.DueMs {
+		k.failf("early-fire", "%s on %s sent %s (attempt %d) due at %d when its clock read %d (%d ms early)",
+			h.name, h.srv.addr, d.RunId, d.Attempt, d.DueMs, seen, d.DueMs-seen)
 	}
 	for _, v := range k.s.servers {
 		if !v.up {

@@ -231,6 +231,8 @@ type Config struct {
 	Faults Fault
 	// Mutations are deliberate bugs switched on in every shard core (tests only).
 	Mutations shardcore.Mutations
+	// ArmMs is every shard core's Config.ArmMs (DefaultConfig: what a node uses).
+	ArmMs int64
 	// Quirks switch the simulated shells back to known-buggy behaviour.
 	Quirks Quirk
 	// Trace, when set, receives every trace line as it is written.
@@ -256,7 +258,7 @@ const (
 
 // DefaultConfig is the configuration of `kjob sim --seed seed`: every fault kind.
 func DefaultConfig(seed uint64) Config {
-	return Config{Seed: seed, Faults: AllFaults}
+	return Config{Seed: seed, Faults: AllFaults, ArmMs: shardcore.DefaultArmMs}
 }
 
 func (c *Config) defaults() {
@@ -285,6 +287,9 @@ func (c Config) ReplayCommand() string {
 	}
 	if c.CheckBalance {
 		cmd += " --check-balance"
+	}
+	if c.ArmMs != shardcore.DefaultArmMs {
+		cmd += fmt.Sprintf(" --arm-ms %d", c.ArmMs)
 	}
 	m := c.Mutations
 	if m.AckBeforeDurable {

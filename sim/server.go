@@ -160,6 +160,7 @@ func (v *server) shardConfig(sh route.Shard) shardcore.Config {
 		DefaultAttempts: simAttempts, DefaultLadderMs: simLadderMs, DefaultTimeout: simTimeoutMs, GraceMs: simGraceMs,
 		Seed:      v.s.cfg.Seed,
 		Mutations: v.s.cfg.Mutations,
+		ArmMs:     v.s.cfg.ArmMs,
 	}
 }
 

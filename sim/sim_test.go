@@ -305,6 +305,9 @@ func parseRegression(fields []string) (Config, string, error) {
 		return Config{}, "", fmt.Errorf("seed %q: %v", fields[0], err)
 	}
 	cfg := DefaultConfig(seed)
+	// Lines without arm= were found before shards armed fires (Config.ArmMs), and
+	// replay the harness they were found with.
+	cfg.ArmMs = 0
 	for _, opt := range fields[2:] {
 		k, v, _ := strings.Cut(opt, "=")
 		switch k {
@@ -314,6 +317,8 @@ func parseRegression(fields []string) (Config, string, error) {
 			cfg.Quirks, err = ParseQuirks(v)
 		case "mutate":
 			err = ParseMutation(v, &cfg.Mutations)
+		case "arm":
+			cfg.ArmMs, err = strconv.ParseInt(v, 10, 64)
 		case "balance": // a long run with the balance check (as TestBalanceAfterFaults)
 			cfg.DurationMs, cfg.HealMs, cfg.CheckBalance = BalanceRunMs, BalanceHealMs, true
 		default:

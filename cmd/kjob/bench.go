@@ -28,6 +28,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kjob/kjob/actors/kerr"
+	shardcore "github.com/kjob/kjob/actors/shard/core"
 	"github.com/kjob/kjob/cluster"
 	"github.com/kjob/kjob/messages"
 	"github.com/kjob/kjob/persistence"
@@ -83,6 +84,7 @@ type benchOpts struct {
 	servers     []string // a running cluster; nil = embedded nodes
 	dataDir     string   // parent of the embedded nodes' data directories ("" = a temp dir)
 	latencyOut  string   // file for the raw fire lateness samples (ns, one per line)
+	armMs       int64    // embedded nodes' --arm-ms (0 = none)
 	memProfile  string   // heap profile, written when the memory scenario measures (else at the end)
 	progress    io.Writer
 	log         *slog.Logger
@@ -302,6 +304,7 @@ measure the node). Every figure is wall-clock on whatever else the machine runs.
 	f.StringVar(&syncPol, "sync", "sync", "embedded node's journal flush policy: sync (durable acks), interval, none")
 	f.StringVar(&o.dataDir, "data", "", "parent directory for the embedded nodes' data (default: a temporary one, removed after)")
 	f.StringVar(&o.latencyOut, "lateness-out", "", "fire: write every lateness sample (ns, one per line) to this file")
+	f.Int64Var(&o.armMs, "arm-ms", shardcore.DefaultArmMs, "embedded nodes: "+armUsage)
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	f.BoolVar(&o.noBatch, "no-batch", false, "the client sends every create alone (no CreateJobs batches): the baseline of batching")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar on stderr")
@@ -472,7 +475,7 @@ func (e *benchEnv) close() {
 
 // benchStartNode starts an embedded node in dir and waits until it serves.
 func benchStartNode(ctx context.Context, o benchOpts, dir, listen string) (*cluster.Node, error) {
-	n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, DataDir: dir, Sync: o.sync, Log: o.log})
+	n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, DataDir: dir, Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs)})
 	if err != nil {
 		return nil, err
 	}
@@ -848,7 +851,7 @@ func benchRecoverMemory(ctx context.Context, o benchOpts, dir string, n int, rec
 		// Baseline: the same start on an empty journal, to tell the fixed cost of
 		// starting a cluster member from the cost of replay.
 		t0 := time.Now()
-		empty, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: dir + "-empty", Sync: o.sync, Log: o.log})
+		empty, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: dir + "-empty", Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -955,7 +958,7 @@ func benchRecoverMemory(ctx context.Context, o benchOpts, dir string, n int, rec
 	defer p.finish()
 	restarted.Store(true)
 	t0 := time.Now()
-	node, err = cluster.StartNode(cluster.NodeConfig{Listen: addr, DataDir: dir, Sync: o.sync, Log: o.log})
+	node, err = cluster.StartNode(cluster.NodeConfig{Listen: addr, DataDir: dir, Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("restart: %w", err)
 	}

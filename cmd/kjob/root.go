@@ -84,6 +84,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 func serverCmd() *cobra.Command {
 	var listen, peers, data, syncPol, webhook, httpAddr, appPolicies string
 	var doneRetention time.Duration
+	var armMs int64
 	var split nscore.SplitPolicy
 	c := &cobra.Command{
 		Use:   "server",
@@ -117,7 +118,7 @@ func serverCmd() *cobra.Command {
 			httpAddr = serverHTTP(cmd, listen, httpAddr)
 			n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, Peers: splitList(peers), DataDir: data, Sync: pol, Log: logger(),
 				AlertHooks: hooks, HTTP: httpAddr, Split: split, AppPolicies: policies,
-				Shard: shardcore.Config{DoneRetentionMs: doneRetention.Milliseconds()}})
+				Shard: shardcore.Config{DoneRetentionMs: doneRetention.Milliseconds()}, ArmMs: armFlag(armMs)})
 			if err != nil {
 				return err
 			}
@@ -134,10 +135,21 @@ func serverCmd() *cobra.Command {
 	c.Flags().StringVar(&webhook, "dlq-webhook", "", "URL that receives a JSON POST for each new dead letter")
 	c.Flags().StringVar(&appPolicies, "app-policies", "", "JSON file of per-app default policies, {\"app\": {\"attempts\": 3, \"ladderMs\": [\"1000\"], \"timeoutMs\": \"30000\", \"misfire\": \"SKIP\", ...}}: what a job's policy leaves unset (give every server the same file)")
 	c.Flags().StringVar(&syncPol, "sync", "sync", "journal flush policy: sync (ack after msync), interval, none (tests only)")
+	c.Flags().Int64Var(&armMs, "arm-ms", shardcore.DefaultArmMs, armUsage)
 	c.Flags().DurationVar(&doneRetention, "done-retention", time.Duration(shardcore.DefaultDoneRetentionMs)*time.Millisecond, "how long a job that will never fire again (a one-shot that ran) stays readable with its run history")
 	c.Flags().IntVar(&split.Workers, "split-workers", nscore.DefaultSplitWorkers, "split an app's shard when the app has more live workers than this per shard (-1: never)")
 	c.Flags().Int64Var(&split.Fires, "split-fires", nscore.DefaultSplitFires, "split a shard that fires more runs than this a minute (-1: never)")
 	return c
+}
+
+const armUsage = "a shard journals a fire up to this many ms before its due and sends it at the due, so the fire does not wait for the msync; a change to a job arriving that close to a due is applied after the fire (0: journal at the due)"
+
+// armFlag is NodeConfig.ArmMs for an --arm-ms (0 = none).
+func armFlag(ms int64) int64 {
+	if ms <= 0 {
+		return -1
+	}
+	return ms
 }
 
 func newClient(ctx context.Context) (*cluster.Client, error) {

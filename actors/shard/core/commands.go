@@ -40,6 +40,9 @@ func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env)
 		c.flush(env)
 		return
 	}
+	if c.park(from, m) {
+		return // handled once the job's armed run has gone (armed.go)
+	}
 	if b, ok := m.(*messages.CreateJobs); ok {
 		// Each create as if it came alone; one reply, behind all their records.
 		out := &messages.CreateJobsReply{Replies: make([]*messages.JobReply, len(b.Jobs))}

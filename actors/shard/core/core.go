@@ -123,6 +123,13 @@ type Config struct {
 	// FullJobs keeps every job as a full record, none compact (compact.go): for
 	// tests and the benchmark's baseline.
 	FullJobs bool
+	// ArmMs arms fires: a job due within ArmMs is fired (its RUN_DISPATCHED journaled)
+	// that much ahead, and its dispatch leaves at the due, so the wait for the
+	// record's msync is off the fire's path. A command that would change a job with
+	// an armed run (update, delete, pause, resume, trigger) waits until that run has
+	// gone: it is applied after the fire, as if it had come just after the due. 0 =
+	// fires are journaled at the due. See armed.go.
+	ArmMs int64
 	// Mutations switched on by simulator tests to prove the invariants catch bugs.
 	Mutations Mutations
 }
@@ -231,6 +238,7 @@ type Core struct {
 	appended  uint64
 	durable   uint64
 	outbox    []outMsg
+	parked    []parkedCmd // commands waiting for a job's armed run to go (armed.go)
 	failed    error
 	frozen    *messages.Error // NOT_OWNER reply while handing off / handed off
 
@@ -331,12 +339,15 @@ func (c *Core) NextWake() (int64, bool) {
 	if x, ok := c.expire.NextDue(); ok && (!okB || x < b) {
 		b, okB = x, true
 	}
+	if x, ok := c.nextArmed(); ok && (!okB || x < b) {
+		b, okB = x, true
+	}
 	switch {
 	case okA && okB:
-		a -= c.cfg.Mutations.FireEarlyMs
+		a -= c.cfg.ArmMs + c.cfg.Mutations.FireEarlyMs
 		return min(a, b), true
 	case okA:
-		return a - c.cfg.Mutations.FireEarlyMs, true
+		return a - c.cfg.ArmMs - c.cfg.Mutations.FireEarlyMs, true
 	case okB:
 		return b, true
 	}
@@ -476,14 +487,19 @@ func (c *Core) send(to *messages.Ref, m proto.Message) {
 
 func (c *Core) release(env Env) {
 	i := 0
+	kept := c.outbox[:0] // armed dispatches not yet due, in order (written behind i)
 	for ; i < len(c.outbox); i++ {
 		o := c.outbox[i]
 		if o.lsn > c.durable && !c.cfg.Mutations.AckBeforeDurable {
 			break
 		}
+		if c.armed(o) {
+			kept = append(kept, o)
+			continue
+		}
 		env.Send(o.to, o.m)
 	}
-	c.outbox = append(c.outbox[:0], c.outbox[i:]...)
+	c.outbox = append(kept, c.outbox[i:]...)
 }
 
 // Durable tells the core that the journal is durable up to lsn, or failed.
@@ -946,10 +962,11 @@ func (c *Core) Frozen() bool { return c.frozen != nil }
 func (c *Core) Tick(nowMs int64, env Env) {
 	c.now = nowMs
 	if c.failed != nil || c.frozen != nil {
+		c.unpark(env) // answered as the shard now answers
 		return
 	}
 	dueJobs, dueAt := c.dueJobs[:0], c.dueAt[:0]
-	c.due.Advance(nowMs+c.cfg.Mutations.FireEarlyMs, func(dueMs int64, payload uint64) {
+	c.due.Advance(nowMs+c.cfg.ArmMs+c.cfg.Mutations.FireEarlyMs, func(dueMs int64, payload uint64) {
 		dueJobs = append(dueJobs, int64(payload))
 		dueAt = append(dueAt, dueMs)
 	})
@@ -1007,6 +1024,7 @@ func (c *Core) Tick(nowMs int64, env Env) {
 		}
 	}
 	c.flush(env)
+	c.unpark(env)
 }
 
 // A job's policy, field by field: the job's own, else its app's (Config.AppPolicy),
@@ -1156,6 +1174,9 @@ func hex64(dst []byte, v uint64) {
 func (c *Core) fire(j *job, dueMs, nowMs int64) {
 	if j.j.State != messages.JobState_ACTIVE {
 		return
+	}
+	if dueMs > nowMs { // armed (Config.ArmMs): the run goes at its due
+		nowMs = dueMs
 	}
 	runs := j.j.Runs + 1
 	var next int64

@@ -249,7 +249,14 @@ func contains(list []string, s string) bool {
 
 // TestRegressions replays the seeds in testdata/regressions.txt: each must end as
 // recorded ("ok", or the invariant a known bug or mutation breaks).
-func TestRegressions(t *testing.T) {
+func TestRegressions(t *testing.T) { regressions(t, false) }
+
+// TestRegressionsArmed replays the seeds that must pass again with the shards
+// arming their fires (DefaultArmMs), as nodes run: another scenario each, where a
+// fixed bug must stay fixed too.
+func TestRegressionsArmed(t *testing.T) { regressions(t, true) }
+
+func regressions(t *testing.T, armed bool) {
 	f, err := os.Open("testdata/regressions.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -268,6 +275,12 @@ func TestRegressions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("regressions.txt:%d: %v", line, err)
 		}
+		if armed {
+			if want != "ok" || cfg.ArmMs != 0 {
+				continue // a caught bug or mutation is a scenario of its own harness
+			}
+			cfg.ArmMs = shardcore.DefaultArmMs
+		}
 		r := Run(cfg)
 		got := "ok"
 		if r.Failure != nil {
@@ -280,7 +293,7 @@ func TestRegressions(t *testing.T) {
 			}
 		}
 		if got != want {
-			msg := fmt.Sprintf("regressions.txt:%d: seed %d (%s) ended %s, recorded as %s", line, cfg.Seed, strings.Join(fields[2:], " "), got, want)
+			msg := fmt.Sprintf("regressions.txt:%d: seed %d (%s, arm %d) ended %s, recorded as %s", line, cfg.Seed, strings.Join(fields[2:], " "), cfg.ArmMs, got, want)
 			if r.Failure != nil {
 				msg += "\n" + r.Failure.Error()
 			}

@@ -22,8 +22,13 @@ import (
 // must not be acknowledged and then followed by the fire, nor an update's new
 // parameters be missed by a fire after it was acknowledged. Such a command is parked
 // until the job has no armed run left, then handled: the fire comes first, as if the
-// command had arrived just after the due. The price is that a change reaching the
-// shard less than ArmMs before a due no longer stops that fire.
+// command had arrived just after the due — except that a due which fired is not
+// fired again: an update of a one-shot that keeps its time (or moves it earlier)
+// does not fire it a second time, and a periodic job moves on past that due
+// (firstDue). The price is that a change reaching the shard less than ArmMs before
+// a due no longer stops that fire, and its new definition applies from the next
+// run. A shard that stops (handoff, split, journal failure) answers the parked
+// commands at once with its refusal.
 
 // DefaultArmMs is the ArmMs a node gives its shards.
 const DefaultArmMs = 5
@@ -127,6 +132,8 @@ func (c *Core) unpark(env Env) {
 			c.parked = append(c.parked, p)
 			continue
 		}
+		c.unparking = !stopped
 		c.Handle(c.now, p.from, p.m, env)
+		c.unparking = false
 	}
 }

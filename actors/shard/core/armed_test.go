@@ -195,3 +195,165 @@ func TestFrozenShardKeepsArmedDispatches(t *testing.T) {
 		t.Fatalf("a frozen shard asks to wake at %d for a dispatch that never goes", at)
 	}
 }
+
+// An update that comes between the arming and the due follows the fire. A one-shot
+// whose time it keeps (or moves earlier) has had its one fire: it is not fired again
+// (the review of the armed fires found it fired twice, 7:1050 and 7:1050.2).
+func TestUpdateDuringArmingDoesNotFireAgain(t *testing.T) {
+	for _, atMs := range []int64{1050, 1020} {
+		c, e := newArmedCore(1000, 5)
+		j := onceJob(7, 0)
+		j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 1050}
+		c.Handle(1000, client, &messages.CreateJob{Job: j}, e)
+		c.Durable(e.lsn, nil, e)
+		e.take()
+		c.Tick(1045, e)
+		c.Durable(e.lsn, nil, e)
+		u := proto.Clone(j).(*messages.Job)
+		u.Params, u.Schedule.AtMs = []byte("new"), atMs
+		c.Handle(1047, client, &messages.UpdateJob{Job: u, RequestId: 21}, e)
+		c.Tick(1050, e)
+		c.Durable(e.lsn, nil, e)
+		s := e.take()
+		if d := dispatchesIn(s); len(d) != 1 || d[0].RunId != "7:1050" {
+			t.Fatalf("at %d: at the due %v, want the one fire 7:1050", atMs, d)
+		}
+		if len(s) != 2 || s[1].m.(*messages.JobReply).Error != nil {
+			t.Fatalf("at %d: the update's reply: %v", atMs, s)
+		}
+		for _, now := range []int64{1051, 1060, 2000} {
+			c.Tick(now, e)
+			c.Durable(e.lsn, nil, e)
+			if d := dispatchesIn(e.take()); len(d) != 0 {
+				t.Fatalf("at %d: fired again at %d: %v", atMs, now, d)
+			}
+		}
+		c.Handle(2000, client, &messages.GetJob{App: "app", Id: 7}, e)
+		got := e.take()[0].m.(*messages.JobReply).Job
+		if string(got.Params) != "new" || got.Schedule.AtMs != atMs {
+			t.Fatalf("at %d: the update was not applied: %v", atMs, got)
+		}
+	}
+}
+
+// An update that moves a one-shot later reschedules it: the armed fire went (the
+// command came less than ArmMs before it) and the new time fires too.
+func TestUpdateDuringArmingToLaterFiresAtTheNewTime(t *testing.T) {
+	c, e := newArmedCore(1000, 5)
+	j := onceJob(7, 0)
+	j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 1050}
+	c.Handle(1000, client, &messages.CreateJob{Job: j}, e)
+	c.Tick(1045, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	u := proto.Clone(j).(*messages.Job)
+	u.Schedule.AtMs = 1500
+	c.Handle(1047, client, &messages.UpdateJob{Job: u, RequestId: 21}, e)
+	c.Tick(1050, e)
+	c.Durable(e.lsn, nil, e)
+	if d := dispatchesIn(e.take()); len(d) != 1 || d[0].DueMs != 1050 {
+		t.Fatalf("at the due: %v", d)
+	}
+	c.Tick(1495, e)
+	c.Tick(1500, e)
+	c.Durable(e.lsn, nil, e)
+	if d := dispatchesIn(e.take()); len(d) != 1 || d[0].DueMs != 1500 {
+		t.Fatalf("at the new time: %v", d)
+	}
+}
+
+// A periodic job updated during an arming moves on past the due that fired: the
+// cron instant is not fired twice (the command is handled in the due's millisecond).
+func TestCronUpdateDuringArmingMovesPastTheFiredDue(t *testing.T) {
+	c, e := newArmedCore(1500, 5)
+	j := onceJob(7, 0)
+	j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_CRON, Cron: "* * * * * *", Tz: "UTC"}
+	c.Handle(1500, client, &messages.CreateJob{Job: j}, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	c.Tick(1995, e)
+	c.Durable(e.lsn, nil, e)
+	u := proto.Clone(j).(*messages.Job)
+	u.Params = []byte("new")
+	c.Handle(1997, client, &messages.UpdateJob{Job: u, RequestId: 21}, e)
+	c.Tick(2000, e)
+	c.Durable(e.lsn, nil, e)
+	if d := dispatchesIn(e.take()); len(d) != 1 || d[0].DueMs != 2000 {
+		t.Fatalf("at the due: %v", d)
+	}
+	var dues []int64
+	for now := int64(2001); now <= 3000; now++ {
+		c.Tick(now, e)
+		c.Durable(e.lsn, nil, e)
+		for _, d := range dispatchesIn(e.take()) {
+			dues = append(dues, d.DueMs)
+		}
+	}
+	if len(dues) != 1 || dues[0] != 3000 {
+		t.Fatalf("after the update the job fired at %v, want only 3000", dues)
+	}
+}
+
+// A handoff that begins while commands are parked answers them (NOT_OWNER) at once;
+// a journal failure answers them UNAVAILABLE.
+func TestStoppingAnswersParkedCommands(t *testing.T) {
+	for _, how := range []string{"handoff", "split", "journal"} {
+		c, e := newArmedCore(1000, 5)
+		c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 50)}, e)
+		c.Tick(1045, e)
+		c.Durable(e.lsn, nil, e)
+		e.take()
+		c.Handle(1046, client, &messages.DeleteJob{App: "app", Id: 7, RequestId: 11}, e)
+		if len(c.parked) != 1 {
+			t.Fatalf("%s: %d parked, want the delete", how, len(c.parked))
+		}
+		want := messages.Code_NOT_OWNER
+		switch how {
+		case "handoff":
+			c.BeginHandoff(&messages.Ref{Address: "t", Id: "server"}, e)
+		case "split":
+			c.BeginSplit(&messages.Ref{Address: "s", Id: "server"}, e)
+		case "journal":
+			c.Durable(0, errSync, e)
+			want = messages.Code_UNAVAILABLE
+		}
+		c.Durable(e.lsn, nil, e)
+		var got []sentMsg
+		for _, m := range e.take() {
+			if m.to == client {
+				got = append(got, m)
+			}
+		}
+		if len(got) != 1 || got[0].m.(*messages.JobReply).Error.GetCode() != want {
+			t.Fatalf("%s: the parked delete got %v, want %v", how, got, want)
+		}
+		if len(c.parked) != 0 {
+			t.Fatalf("%s: %d still parked", how, len(c.parked))
+		}
+	}
+}
+
+// A run dispatched while armed by something other than its fire (here a worker that
+// joins after the arming found none) carries its due as its dispatch time, and its
+// deadline counts from there.
+func TestArmedRunDispatchedLaterCarriesItsDue(t *testing.T) {
+	c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}, ArmMs: 5}, 1000, 1)
+	e := &fakeEnv{}
+	c.Open(e)
+	c.Durable(e.lsn, nil, e)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 50)}, e)
+	c.Tick(1045, e) // no worker: the run waits for one
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	c.SetWorkers(1046, []*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 4}}, e)
+	c.Durable(e.lsn, nil, e)
+	if d := dispatchesIn(e.take()); len(d) != 0 {
+		t.Fatalf("sent before its due: %v", d)
+	}
+	c.Tick(1050, e)
+	c.Durable(e.lsn, nil, e)
+	d := dispatchesIn(e.take())
+	if len(d) != 1 || d[0].DispatchedMs != 1050 {
+		t.Fatalf("at the due: %v, want one dispatch stamped 1050", d)
+	}
+}

@@ -339,7 +339,7 @@ func (c *Core) update(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 		j.State = messages.JobState_ACTIVE
 	}
 	j.NextDueMs = 0
-	if d, ok := sc.First(nowMs, j.Runs); ok && !waitsForFinish(j, old) {
+	if d, ok := c.firstDue(sc, j, nowMs); ok && !waitsForFinish(j, old) {
 		j.NextDueMs = d
 	}
 	if j.Schedule.GetKind() == messages.ScheduleKind_ONCE && j.Schedule.GetAtMs() == 0 {
@@ -347,6 +347,28 @@ func (c *Core) update(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 	}
 	c.emit(messages.RecordType_JOB_PUT, j)
 	return c.reply(j.Id), nil
+}
+
+// firstDue is the first due of job j (its new definition, sc compiled) after an
+// update or resume at nowMs. A due it has fired already is not fired again: a
+// periodic job moves past its last due (at once only when updated in the very
+// millisecond of a fire, or when the command was parked behind an armed fire,
+// which it follows at the due); and a one-shot whose command was parked behind its
+// armed fire, with a time not after that fire's due, is not fired a second time —
+// the command came before the due, so the fire that went is its one fire (the
+// change to the definition applies after it: see armed.go).
+func (c *Core) firstDue(sc *schedule.Compiled, j *messages.Job, nowMs int64) (int64, bool) {
+	if j.Schedule.GetKind() != messages.ScheduleKind_ONCE {
+		if j.LastDueMs >= nowMs {
+			nowMs = j.LastDueMs + 1
+		}
+		return sc.First(nowMs, j.Runs)
+	}
+	d, ok := sc.First(nowMs, j.Runs)
+	if ok && c.unparking && j.LastDueMs > 0 && d <= j.LastDueMs {
+		return 0, false
+	}
+	return d, ok
 }
 
 // waitsForFinish reports whether job j (the new definition of old) is fixed-delay
@@ -376,7 +398,7 @@ func (c *Core) pauseResume(m proto.Message, nowMs int64) proto.Message {
 	case !pause && j.State == messages.JobState_PAUSED:
 		j.State = messages.JobState_ACTIVE
 		j.NextDueMs = 0
-		if d, ok := c.schedOf(old).First(nowMs, j.Runs); ok && !waitsForFinish(j, old) {
+		if d, ok := c.firstDue(c.schedOf(old), j, nowMs); ok && !waitsForFinish(j, old) {
 			j.NextDueMs = d
 		}
 	default:

@@ -239,6 +239,7 @@ type Core struct {
 	durable   uint64
 	outbox    []outMsg
 	parked    []parkedCmd // commands waiting for a job's armed run to go (armed.go)
+	unparking bool        // a parked command is being handled (firstDue)
 	failed    error
 	frozen    *messages.Error // NOT_OWNER reply while handing off / handed off
 
@@ -410,6 +411,9 @@ func (c *Core) flush(env Env) {
 	c.pendingT, c.pendingM = c.pendingT[:0], c.pendingM[:0]
 	c.runLadder(env)
 	c.release(env)
+	if len(c.parked) > 0 && (c.frozen != nil || c.failed != nil) {
+		c.unpark(env) // a handoff, a split or a journal failure stopped the shard: answer them now
+	}
 }
 
 // runLadder hands waiting retries to the ladder actors, or to the core's own timers
@@ -506,6 +510,7 @@ func (c *Core) release(env Env) {
 func (c *Core) Durable(lsn uint64, err error, env Env) {
 	if err != nil {
 		c.fail(err)
+		c.unpark(env) // refused: the shard has stopped
 		return
 	}
 	if lsn > c.durable {
@@ -1343,6 +1348,7 @@ func (c *Core) place(r *run, nowMs int64) (ok bool, waitFor string) {
 	}
 	r.st.WorkerId = ws[0].WorkerId
 	c.busy[r.st.WorkerId]++
+	nowMs = max(nowMs, r.st.DueMs) // an armed run (a worker came, recovery) goes at its due (release)
 	r.st.DispatchedMs = nowMs
 	r.st.DeadlineMs = nowMs + c.timeout(r.st.JobId) + c.cfg.GraceMs
 	for _, w := range ws {

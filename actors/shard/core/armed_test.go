@@ -357,3 +357,27 @@ func TestArmedRunDispatchedLaterCarriesItsDue(t *testing.T) {
 		t.Fatalf("at the due: %v, want one dispatch stamped 1050", d)
 	}
 }
+
+// A stopped shard asks for no wake-up: its Tick does nothing, so a wake-up at its
+// wheels' next due would come back at once, over and over (the shell's timer).
+func TestStoppedShardNeedsNoTick(t *testing.T) {
+	for _, how := range []string{"handoff", "journal"} {
+		c, e := newCore(1000)
+		c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 50)}, e)
+		c.Handle(1000, client, &messages.CreateJob{Job: onceJob(8, 0)}, e)
+		c.Durable(e.lsn, nil, e)
+		c.Tick(1000, e) // job 8 runs: a deadline timer too
+		c.Durable(e.lsn, nil, e)
+		if _, ok := c.NextWake(); !ok {
+			t.Fatalf("%s: a serving shard with a pending job needs a tick", how)
+		}
+		if how == "handoff" {
+			c.BeginHandoff(&messages.Ref{Address: "t", Id: "server"}, e)
+		} else {
+			c.Durable(0, errSync, e)
+		}
+		if at, ok := c.NextWake(); ok {
+			t.Fatalf("%s: a stopped shard asks for a tick at %d", how, at)
+		}
+	}
+}

@@ -335,6 +335,15 @@ func (c *Core) NextDue() (int64, bool) { return c.due.NextDue() }
 
 // NextWake is when the core next needs Tick; ok is false when it needs none.
 func (c *Core) NextWake() (int64, bool) {
+	if c.frozen != nil || c.failed != nil {
+		// A stopped shard does nothing by itself: its Tick returns at once without
+		// advancing the wheels, so a wake-up at their next due would come back at
+		// once, and again (a shell spinning on ticks until the actor stops).
+		if len(c.parked) > 0 {
+			return c.now, true // Tick answers them (Freeze parks nothing new)
+		}
+		return 0, false
+	}
 	a, okA := c.due.NextDue()
 	b, okB := c.timers.NextDue()
 	if x, ok := c.expire.NextDue(); ok && (!okB || x < b) {

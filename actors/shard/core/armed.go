@@ -21,14 +21,17 @@ import (
 // Between the arming and the due a command may come that changes the job: a delete
 // must not be acknowledged and then followed by the fire, nor an update's new
 // parameters be missed by a fire after it was acknowledged. Such a command is parked
-// until the job has no armed run left, then handled: the fire comes first, as if the
-// command had arrived just after the due — except that a due which fired is not
-// fired again: an update of a one-shot that keeps its time (or moves it earlier)
-// does not fire it a second time, and a periodic job moves on past that due
-// (firstDue). The price is that a change reaching the shard less than ArmMs before
-// a due no longer stops that fire, and its new definition applies from the next
-// run. A shard that stops (handoff, split, journal failure) answers the parked
-// commands at once with its refusal.
+// until the job has no armed run left (its dispatch may wait in the outbox, or not
+// exist yet when no worker can take it: armedDue), then handled: the fire comes
+// first, as if the command had arrived just after the due — except that a due which
+// fired is not fired again: an update of a one-shot whose time (or delay, counted
+// from when the update came) is not after that due does not fire it a second time,
+// and a periodic job moves on past that due (firstDue). The price is that a change
+// reaching the shard less than ArmMs before a due no longer stops that fire, and its
+// new definition applies from the next run. A shard that stops (handoff, split,
+// journal failure) answers the parked commands at once with its refusal. If the
+// clock steps back, a command for a job that fired ahead of the new now waits until
+// the clock is past that due again.
 
 // DefaultArmMs is the ArmMs a node gives its shards.
 const DefaultArmMs = 5
@@ -36,6 +39,7 @@ const DefaultArmMs = 5
 type parkedCmd struct {
 	from *messages.Ref
 	m    proto.Message
+	atMs int64 // when it came (a one-shot's new delay counts from then)
 }
 
 // armed says o is a dispatch whose due is still ahead (the FireEarlyMs mutation
@@ -48,7 +52,9 @@ func (c *Core) armed(o outMsg) bool {
 	return ok && (d.DueMs > c.now || c.frozen != nil) && c.cfg.Mutations.FireEarlyMs == 0
 }
 
-// nextArmed is the earliest due of an armed dispatch (durable or not).
+// nextArmed is the earliest due of an armed dispatch (durable or not), or of an
+// armed run a parked command waits for (one with no dispatch yet: no worker, or
+// none with credit).
 func (c *Core) nextArmed() (int64, bool) {
 	var at int64
 	ok := false
@@ -62,11 +68,35 @@ func (c *Core) nextArmed() (int64, bool) {
 			}
 		}
 	}
+	for _, p := range c.parked {
+		if d, armed := c.armedDue(changesJob(p.m)); armed && (!ok || d < at) {
+			at, ok = d, true
+		}
+	}
 	return at, ok
 }
 
-// jobArmed says job id has an armed dispatch that has not gone.
+// armedDue is the due of job id's armed run, if it has one: the job fired ahead of
+// a due still to come (its LastDueMs), and that run is still there — it cannot have
+// gone before its due, with a dispatch waiting in the outbox or none yet (no
+// worker, or none with credit). A job with a run is a full job (c.jobs).
+func (c *Core) armedDue(id int64) (int64, bool) {
+	if c.runsOf[id] == 0 || c.cfg.Mutations.FireEarlyMs != 0 {
+		return 0, false
+	}
+	if j := c.jobs[id]; j != nil && j.j.LastDueMs > c.now {
+		return j.j.LastDueMs, true
+	}
+	return 0, false
+}
+
+// jobArmed says job id has an armed run that has not gone: a dispatch held for its
+// due (a fire's, or a run handed over or recovered with a due still ahead on this
+// clock), or a run armed with no dispatch yet.
 func (c *Core) jobArmed(id int64) bool {
+	if _, ok := c.armedDue(id); ok {
+		return true
+	}
 	for _, o := range c.outbox {
 		if c.armed(o) && o.m.(*messages.Dispatch).JobId == id {
 			return true
@@ -101,14 +131,14 @@ func (c *Core) park(from *messages.Ref, m proto.Message) bool {
 	}
 	for _, p := range c.parked {
 		if changesJob(p.m) == id {
-			c.parked = append(c.parked, parkedCmd{from, m})
+			c.parked = append(c.parked, parkedCmd{from, m, c.now})
 			return true
 		}
 	}
 	if !c.jobArmed(id) {
 		return false
 	}
-	c.parked = append(c.parked, parkedCmd{from, m})
+	c.parked = append(c.parked, parkedCmd{from, m, c.now})
 	return true
 }
 
@@ -132,7 +162,7 @@ func (c *Core) unpark(env Env) {
 			c.parked = append(c.parked, p)
 			continue
 		}
-		c.unparking = !stopped
+		c.unparking, c.parkedAt = !stopped, p.atMs
 		c.Handle(c.now, p.from, p.m, env)
 		c.unparking = false
 	}

@@ -381,3 +381,78 @@ func TestStoppedShardNeedsNoTick(t *testing.T) {
 		}
 	}
 }
+
+// A run armed with no worker to send it to (none yet, or none with credit) has no
+// dispatch in the outbox, and is armed all the same: a command for its job waits
+// for the due (the review found a one-shot updated then fired twice, and a pause
+// acknowledged before a due that then fired).
+func TestCommandWaitsForAnArmedRunWithoutWorker(t *testing.T) {
+	for _, cmd := range []string{"update", "pause"} {
+		c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}, ArmMs: 5}, 1000, 1)
+		e := &fakeEnv{}
+		c.Open(e)
+		c.Durable(e.lsn, nil, e)
+		j := onceJob(7, 0)
+		j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 1050}
+		c.Handle(1000, client, &messages.CreateJob{Job: j}, e)
+		c.Tick(1045, e) // armed; no worker
+		c.Durable(e.lsn, nil, e)
+		e.take()
+		switch cmd {
+		case "update":
+			u := proto.Clone(j).(*messages.Job)
+			u.Params = []byte("new")
+			c.Handle(1047, client, &messages.UpdateJob{Job: u, RequestId: 21}, e)
+		case "pause":
+			c.Handle(1047, client, &messages.PauseJob{App: "app", Id: 7, RequestId: 21}, e)
+		}
+		c.Durable(e.lsn, nil, e)
+		if s := e.take(); len(s) != 0 || len(c.parked) != 1 {
+			t.Fatalf("%s: answered before the armed run's due: %v (parked %d)", cmd, s, len(c.parked))
+		}
+		if at, ok := c.NextWake(); !ok || at > 1050 {
+			t.Fatalf("%s: next wake %d %v, want by the due 1050", cmd, at, ok)
+		}
+		c.SetWorkers(1048, []*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 4}}, e)
+		var sent []sentMsg
+		for now := int64(1048); now <= 2000; now++ {
+			c.Tick(now, e)
+			c.Durable(e.lsn, nil, e)
+			sent = append(sent, e.take()...)
+		}
+		d := dispatchesIn(sent)
+		if len(d) != 1 || d[0].RunId != "7:1050" {
+			t.Fatalf("%s: dispatches %v, want the one fire 7:1050", cmd, d)
+		}
+		if len(sent) != 2 || sent[1].to != client {
+			t.Fatalf("%s: %v, want the dispatch, then the reply", cmd, sent)
+		}
+	}
+}
+
+// A parked update to a one-shot with a delay counts the delay from when it came:
+// with delay 0 it is due before the armed fire, which is its one fire, however late
+// the shard's tick at the due is.
+func TestParkedDelayCountsFromArrival(t *testing.T) {
+	for _, tickAt := range []int64{1050, 1051, 1060} {
+		c, e := newArmedCore(1000, 5)
+		j := onceJob(7, 0)
+		j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 1050}
+		c.Handle(1000, client, &messages.CreateJob{Job: j}, e)
+		c.Tick(1045, e)
+		c.Durable(e.lsn, nil, e)
+		e.take()
+		u := proto.Clone(j).(*messages.Job)
+		u.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 0}
+		c.Handle(1047, client, &messages.UpdateJob{Job: u, RequestId: 21}, e)
+		var n int
+		for _, now := range []int64{tickAt, 1100, 2000} {
+			c.Tick(now, e)
+			c.Durable(e.lsn, nil, e)
+			n += len(dispatchesIn(e.take()))
+		}
+		if n != 1 {
+			t.Fatalf("tick at %d: %d dispatches, want the one fire", tickAt, n)
+		}
+	}
+}

@@ -102,7 +102,11 @@ func populate(b *testing.B, c *core.Core, env *fakeEnv, n int, firstDueMs int64)
 	}
 }
 
-// BenchmarkCreate: validate, journal (JOB_PUT) and reply to one create.
+// benchReqID0 is a snowflake of 2026 (time in the bits above 22).
+const benchReqID0 = int64(1_700_000_000_000) << 22
+
+// BenchmarkCreate: validate, journal (JOB_PUT) and reply to one create (with its
+// request id, entered in the shard's request window).
 func BenchmarkCreate(b *testing.B) {
 	env := &fakeEnv{}
 	c := newBenchCore(env)
@@ -110,7 +114,8 @@ func BenchmarkCreate(b *testing.B) {
 	base := marshalNs(benchJob(1, due))
 	reqs := make([]*messages.CreateJob, b.N)
 	for i := range reqs {
-		reqs[i] = &messages.CreateJob{Job: benchJob(int64(i+1), due)}
+		// Request ids as the Go client takes them: snowflakes, in the order taken.
+		reqs[i] = &messages.CreateJob{Job: benchJob(int64(i+1), due), RequestId: benchReqID0 + int64(i)<<12}
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

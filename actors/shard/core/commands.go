@@ -324,8 +324,12 @@ func (c *Core) update(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 	if e != nil {
 		return nil, e
 	}
+	from := nowMs
+	if c.unparking {
+		from = c.parkedAt // it came before an armed fire: as a shard that does not arm
+	}
 	if in.Schedule.GetKind() == messages.ScheduleKind_ONCE && in.Schedule.GetAtMs() == 0 {
-		sc, e = c.validate(in, nowMs) // a new delay counts from the update
+		sc, e = c.validate(in, from) // a new delay counts from the update
 		if e != nil {
 			return nil, e
 		}
@@ -343,7 +347,7 @@ func (c *Core) update(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 		j.NextDueMs = d
 	}
 	if j.Schedule.GetKind() == messages.ScheduleKind_ONCE && j.Schedule.GetAtMs() == 0 {
-		j.CreatedMs = nowMs // the delay was resolved against now
+		j.CreatedMs = from // the delay was resolved against then
 	}
 	c.emit(messages.RecordType_JOB_PUT, j)
 	return c.reply(j.Id), nil

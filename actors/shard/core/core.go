@@ -240,6 +240,7 @@ type Core struct {
 	outbox    []outMsg
 	parked    []parkedCmd // commands waiting for a job's armed run to go (armed.go)
 	unparking bool        // a parked command is being handled (firstDue)
+	parkedAt  int64       // and when it came
 	failed    error
 	frozen    *messages.Error // NOT_OWNER reply while handing off / handed off
 

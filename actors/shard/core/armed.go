@@ -29,9 +29,13 @@ import (
 // and a periodic job moves on past that due (firstDue). The price is that a change
 // reaching the shard less than ArmMs before a due no longer stops that fire, and its
 // new definition applies from the next run. A shard that stops (handoff, split,
-// journal failure) answers the parked commands at once with its refusal. If the
-// clock steps back, a command for a job that fired ahead of the new now waits until
-// the clock is past that due again.
+// journal failure) answers the parked commands at once with its refusal. While a
+// command for a job is parked, the job is not armed ahead again (rearmHeld): its
+// next fire goes at its due, so the command waits for the runs armed before it
+// came, never for ever (a job whose period is not longer than ArmMs always had
+// one armed ahead). If the clock steps back, a command for a job that fired ahead of
+// the new now waits until the clock is past that due again, or the run has gone
+// another way (its result, a move).
 
 // DefaultArmMs is the ArmMs a node gives its shards.
 const DefaultArmMs = 5
@@ -69,11 +73,54 @@ func (c *Core) nextArmed() (int64, bool) {
 		}
 	}
 	for _, p := range c.parked {
-		if d, armed := c.armedDue(changesJob(p.m)); armed && (!ok || d < at) {
+		id := changesJob(p.m)
+		d, armed := c.armedDue(id)
+		if !armed && !c.outboxArmed(id) {
+			d = c.now // its run has gone (a result, a move): handle it now
+		}
+		if !ok || d < at {
 			at, ok = d, true
 		}
 	}
 	return at, ok
+}
+
+// hasParked says a command for job id is parked.
+func (c *Core) hasParked(id int64) bool {
+	for _, p := range c.parked {
+		if changesJob(p.m) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// rearmHeld puts back in the due wheel the jobs Tick did not arm ahead because a
+// command for them was parked (Core.armHeld), once none is (or their due has
+// come). A job changed since (a new due: in the wheel again; paused, deleted) is
+// dropped from the list.
+//
+// Why: a command waits for its job's armed runs to go, and a job whose period is
+// no longer than ArmMs always has one armed ahead of the clock — a command for it
+// would wait for ever. So while one waits, the job is fired at its due only.
+func (c *Core) rearmHeld() {
+	if len(c.armHeld) == 0 {
+		return
+	}
+	kept := c.armHeld[:0]
+	for _, id := range c.armHeld {
+		j := c.jobs[id]
+		if j == nil || j.handle != 0 || j.j.State != messages.JobState_ACTIVE || j.j.NextDueMs == 0 {
+			continue
+		}
+		if j.j.NextDueMs > c.now && c.hasParked(id) {
+			kept = append(kept, id)
+			continue
+		}
+		c.setDue(j, j.j.NextDueMs)
+	}
+	clear(c.armHeld[len(kept):])
+	c.armHeld = kept
 }
 
 // armedDue is the due of job id's armed run, if it has one: the job fired ahead of
@@ -97,6 +144,11 @@ func (c *Core) jobArmed(id int64) bool {
 	if _, ok := c.armedDue(id); ok {
 		return true
 	}
+	return c.outboxArmed(id)
+}
+
+// outboxArmed says an armed dispatch of job id waits in the outbox.
+func (c *Core) outboxArmed(id int64) bool {
 	for _, o := range c.outbox {
 		if c.armed(o) && o.m.(*messages.Dispatch).JobId == id {
 			return true
@@ -129,11 +181,9 @@ func (c *Core) park(from *messages.Ref, m proto.Message) bool {
 	if id == 0 {
 		return false
 	}
-	for _, p := range c.parked {
-		if changesJob(p.m) == id {
-			c.parked = append(c.parked, parkedCmd{from, m, c.now})
-			return true
-		}
+	if c.hasParked(id) {
+		c.parked = append(c.parked, parkedCmd{from, m, c.now})
+		return true
 	}
 	if !c.jobArmed(id) {
 		return false

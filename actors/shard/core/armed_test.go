@@ -456,3 +456,112 @@ func TestParkedDelayCountsFromArrival(t *testing.T) {
 		}
 	}
 }
+
+// A command for a job whose period is no longer than ArmMs is answered: such a job
+// always had a run armed ahead of the clock, and the command waited for ever (the
+// third review). Ticks follow NextWake, as the shell's timer does; nothing may be
+// dispatched for the job after the delete's reply, and the shard must not spin.
+func TestCommandForAFastPeriodicJobIsAnswered(t *testing.T) {
+	for every := int64(1); every <= 7; every++ {
+		for _, cmd := range []string{"delete", "pause", "update"} {
+			c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}, ArmMs: 5}, 1000, 1)
+			e := &fakeEnv{}
+			c.Open(e)
+			c.Durable(e.lsn, nil, e)
+			c.SetWorkers(1000, []*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 100_000}}, e)
+			j := onceJob(7, 0)
+			j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_FIXED_RATE, EveryMs: every}
+			c.Handle(1000, client, &messages.CreateJob{Job: j}, e)
+			c.Durable(e.lsn, nil, e)
+			e.take()
+			now, sameMs, sentCmd := int64(1000), 0, false
+			var replyAt int64
+			var after []int64 // dues dispatched after the reply
+			for now < 1500 {
+				at, ok := c.NextWake()
+				if !ok {
+					if !sentCmd {
+						t.Fatalf("every %d, %s: no wake-up at %d", every, cmd, now)
+					}
+					break // nothing left to do (deleted)
+				}
+				if at > now {
+					now, sameMs = at, 0
+				} else if sameMs++; sameMs > 50 {
+					t.Fatalf("every %d, %s: the shard spins at %d (wake-up %d)", every, cmd, now, at)
+				}
+				if !sentCmd && now >= 1100 {
+					sentCmd = true
+					var m proto.Message
+					switch cmd {
+					case "delete":
+						m = &messages.DeleteJob{App: "app", Id: 7, RequestId: 21}
+					case "pause":
+						m = &messages.PauseJob{App: "app", Id: 7, RequestId: 21}
+					case "update":
+						u := proto.Clone(j).(*messages.Job)
+						u.Params = []byte("new")
+						m = &messages.UpdateJob{Job: u, RequestId: 21}
+					}
+					c.Handle(now, client, m, e)
+				}
+				c.Tick(now, e)
+				c.Durable(e.lsn, nil, e)
+				for _, s := range e.take() {
+					switch x := s.m.(type) {
+					case *messages.JobReply:
+						if x.Error != nil {
+							t.Fatalf("every %d, %s: %v", every, cmd, x.Error)
+						}
+						replyAt = now
+					case *messages.Dispatch:
+						if replyAt != 0 {
+							after = append(after, x.DueMs)
+						}
+						if cmd == "update" && replyAt != 0 && string(x.Params) != "new" {
+							t.Fatalf("every %d: run due %d went with the old params after the update's reply", every, x.DueMs)
+						}
+					}
+				}
+			}
+			if replyAt == 0 || replyAt > 1100+5+every+1 {
+				t.Fatalf("every %d, %s: the command sent at 1100 was answered at %d", every, cmd, replyAt)
+			}
+			if cmd != "update" && len(after) > 0 {
+				t.Fatalf("every %d, %s: dispatched %v after the reply", every, cmd, after)
+			}
+			if cmd == "update" && len(after) == 0 {
+				t.Fatalf("every %d: the job stopped firing after the update", every)
+			}
+		}
+	}
+}
+
+// A command parked behind a run that then goes another way than its due (here the
+// clock stepped back and the run's result came first) is answered at the next
+// wake-up, not at some unrelated later timer.
+func TestParkedCommandReadyWakesTheShard(t *testing.T) {
+	c, e := newArmedCore(1000, 5)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 50)}, e)
+	c.Tick(1050, e)
+	c.Durable(e.lsn, nil, e)
+	if d := dispatchesIn(e.take()); len(d) != 1 {
+		t.Fatalf("at the due: %v", d)
+	}
+	c.Tick(900, e) // the clock stepped back 150 ms: the run is "armed" again
+	c.Handle(900, client, &messages.DeleteJob{App: "app", Id: 7, RequestId: 21}, e)
+	if len(c.parked) != 1 {
+		t.Fatalf("%d parked, want the delete", len(c.parked))
+	}
+	c.Handle(901, wref, &messages.RunResult{RunId: "7:1050", JobId: 7, Attempt: 1, Epoch: 1, Outcome: messages.Outcome_SUCCEEDED, WorkerId: "w1", Worker: wref}, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	if at, ok := c.NextWake(); !ok || at > 901 {
+		t.Fatalf("next wake %d %v, want now (901): the delete can be answered", at, ok)
+	}
+	c.Tick(901, e)
+	c.Durable(e.lsn, nil, e)
+	if s := e.take(); len(s) != 1 || s[0].m.(*messages.JobReply).Error != nil {
+		t.Fatalf("the delete got %v", s)
+	}
+}

@@ -241,6 +241,7 @@ type Core struct {
 	parked    []parkedCmd // commands waiting for a job's armed run to go (armed.go)
 	unparking bool        // a parked command is being handled (firstDue)
 	parkedAt  int64       // and when it came
+	armHeld   []int64     // jobs due soon, not armed ahead while a command for them is parked (armed.go)
 	failed    error
 	frozen    *messages.Error // NOT_OWNER reply while handing off / handed off
 
@@ -352,6 +353,11 @@ func (c *Core) NextWake() (int64, bool) {
 	}
 	if x, ok := c.nextArmed(); ok && (!okB || x < b) {
 		b, okB = x, true
+	}
+	for _, id := range c.armHeld { // due at their due, not ArmMs before
+		if j := c.jobs[id]; j != nil && j.handle == 0 && j.j.NextDueMs > 0 && (!okB || j.j.NextDueMs < b) {
+			b, okB = j.j.NextDueMs, true
+		}
 	}
 	switch {
 	case okA && okB:
@@ -980,6 +986,9 @@ func (c *Core) Tick(nowMs int64, env Env) {
 		c.unpark(env) // answered as the shard now answers
 		return
 	}
+	// Commands whose job's armed runs have gone first, then what is due (armed.go).
+	c.unpark(env)
+	c.rearmHeld()
 	dueJobs, dueAt := c.dueJobs[:0], c.dueAt[:0]
 	c.due.Advance(nowMs+c.cfg.ArmMs+c.cfg.Mutations.FireEarlyMs, func(dueMs int64, payload uint64) {
 		dueJobs = append(dueJobs, int64(payload))
@@ -989,6 +998,10 @@ func (c *Core) Tick(nowMs int64, env Env) {
 	for i, id := range dueJobs {
 		if j := c.job(id); j != nil {
 			j.handle = 0
+			if dueAt[i] > nowMs && c.hasParked(id) {
+				c.armHeld = append(c.armHeld, id) // not armed ahead while a command waits (armed.go)
+				continue
+			}
 			c.fire(j, dueAt[i], nowMs)
 		}
 	}

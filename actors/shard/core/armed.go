@@ -51,9 +51,13 @@ type parkedCmd struct {
 // armed dispatches never go: the shard's new owner has the run (the handoff's
 // snapshot holds it) and sends it at its due; sent from here too they would be a
 // stale owner's dispatch (simulator, stale-owner).
+//
+// Ahead is judged on the latest time the shard was given (seenMs): a dispatch that
+// was due is not held again when the clock steps back — a command handled since
+// (a delete) would have its reply overtake it.
 func (c *Core) armed(o outMsg) bool {
 	d, ok := o.m.(*messages.Dispatch)
-	return ok && (d.DueMs > c.now || c.frozen != nil) && c.cfg.Mutations.FireEarlyMs == 0
+	return ok && (d.DueMs > c.seenMs || c.frozen != nil) && c.cfg.Mutations.FireEarlyMs == 0
 }
 
 // nextArmed is the earliest due of an armed dispatch (durable or not), or of an
@@ -75,8 +79,11 @@ func (c *Core) nextArmed() (int64, bool) {
 	for _, p := range c.parked {
 		id := changesJob(p.m)
 		d, armed := c.armedDue(id)
-		if !armed && !c.outboxArmed(id) {
-			d = c.now // its run has gone (a result, a move): handle it now
+		if !armed {
+			if c.outboxArmed(id) {
+				continue // its dispatch's due is counted above
+			}
+			d = c.now // its run has gone another way (a result): handle it now
 		}
 		if !ok || d < at {
 			at, ok = d, true
@@ -131,7 +138,7 @@ func (c *Core) armedDue(id int64) (int64, bool) {
 	if c.runsOf[id] == 0 || c.cfg.Mutations.FireEarlyMs != 0 {
 		return 0, false
 	}
-	if j := c.jobs[id]; j != nil && j.j.LastDueMs > c.now {
+	if j := c.jobs[id]; j != nil && j.j.LastDueMs > c.seenMs {
 		return j.j.LastDueMs, true
 	}
 	return 0, false

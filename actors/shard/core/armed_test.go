@@ -537,31 +537,85 @@ func TestCommandForAFastPeriodicJobIsAnswered(t *testing.T) {
 	}
 }
 
-// A command parked behind a run that then goes another way than its due (here the
-// clock stepped back and the run's result came first) is answered at the next
-// wake-up, not at some unrelated later timer.
+// A command parked behind an armed run that then goes another way than its due
+// wakes the shard at once: here a shard recovered (no worker yet) with a run the
+// previous owner armed and sent, whose result comes back before the due on this
+// shard's clock.
 func TestParkedCommandReadyWakesTheShard(t *testing.T) {
 	c, e := newArmedCore(1000, 5)
 	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 50)}, e)
-	c.Tick(1050, e)
+	c.Tick(1045, e)
 	c.Durable(e.lsn, nil, e)
-	if d := dispatchesIn(e.take()); len(d) != 1 {
-		t.Fatalf("at the due: %v", d)
+
+	r := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}, ArmMs: 5}, 1046, 1)
+	for _, rec := range e.log {
+		if err := r.Replay(rec); err != nil {
+			t.Fatal(err)
+		}
 	}
-	c.Tick(900, e) // the clock stepped back 150 ms: the run is "armed" again
-	c.Handle(900, client, &messages.DeleteJob{App: "app", Id: 7, RequestId: 21}, e)
-	if len(c.parked) != 1 {
-		t.Fatalf("%d parked, want the delete", len(c.parked))
+	e2 := &fakeEnv{lsn: e.lsn}
+	r.Recovered(1046, e.lsn, e2) // no worker: no dispatch in the outbox
+	r.Handle(1046, client, &messages.DeleteJob{App: "app", Id: 7, RequestId: 21}, e2)
+	if len(r.parked) != 1 {
+		t.Fatalf("%d parked, want the delete behind the armed run", len(r.parked))
 	}
-	c.Handle(901, wref, &messages.RunResult{RunId: "7:1050", JobId: 7, Attempt: 1, Epoch: 1, Outcome: messages.Outcome_SUCCEEDED, WorkerId: "w1", Worker: wref}, e)
+	r.Handle(1047, wref, &messages.RunResult{RunId: "7:1050", JobId: 7, Attempt: 1, Epoch: 1, Outcome: messages.Outcome_SUCCEEDED, WorkerId: "w1", Worker: wref}, e2)
+	r.Durable(e2.lsn, nil, e2)
+	e2.take()
+	if at, ok := r.NextWake(); !ok || at > 1047 {
+		t.Fatalf("next wake %d %v, want now (1047): the delete can be answered", at, ok)
+	}
+	r.Tick(1047, e2)
+	r.Durable(e2.lsn, nil, e2)
+	if s := e2.take(); len(s) != 1 || s[0].m.(*messages.JobReply).Error != nil {
+		t.Fatalf("the delete got %v", s)
+	}
+}
+
+// After the clock steps back, a dispatch that was due is not held again: a delete
+// handled meanwhile must not have its reply overtake it (the fourth review).
+func TestClockStepBackDoesNotReArm(t *testing.T) {
+	c, e := newArmedCore(1000, 5)
+	c.Handle(1100, client, &messages.TriggerJob{App: "app", Id: 0}, e) // (not found: a reply, nothing else)
+	c.Handle(1100, client, &messages.CreateJob{Job: onceJob(7, 0)}, e)
 	c.Durable(e.lsn, nil, e)
 	e.take()
-	if at, ok := c.NextWake(); !ok || at > 901 {
-		t.Fatalf("next wake %d %v, want now (901): the delete can be answered", at, ok)
-	}
-	c.Tick(901, e)
+	c.Tick(1100, e) // fires 7 at 1100; its dispatch waits for the journal
+	c.Handle(1100, client, &messages.DeleteJob{App: "app", Id: 7, RequestId: 21}, e)
+	c.Handle(1050, client, &messages.GetJob{App: "app", Id: 8}, e) // the clock stepped back 50 ms
 	c.Durable(e.lsn, nil, e)
-	if s := e.take(); len(s) != 1 || s[0].m.(*messages.JobReply).Error != nil {
-		t.Fatalf("the delete got %v", s)
+	s := e.take()
+	var order []string
+	for _, m := range s {
+		switch x := m.m.(type) {
+		case *messages.Dispatch:
+			order = append(order, "dispatch "+x.RunId)
+		case *messages.JobReply:
+			order = append(order, "reply")
+		}
+	}
+	if len(order) == 0 || order[0] != "dispatch 7:1100" {
+		t.Fatalf("sent %v: the fire's dispatch must go first", order)
+	}
+}
+
+// After the clock steps back behind the due wheel's own clock, an entry due before
+// that clock fires only once the clock is there again: the shard must not ask for
+// a tick over and over meanwhile (the fourth review: 50,500 ticks).
+func TestClockStepBackDoesNotSpin(t *testing.T) {
+	c, e := newArmedCore(1000, 5)
+	c.Tick(2000, e)
+	j := onceJob(7, 0)
+	j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 1500}
+	c.Handle(1000, client, &messages.CreateJob{Job: j}, e) // the clock stepped back a second
+	c.Durable(e.lsn, nil, e)
+	at, ok := c.NextWake()
+	if !ok || at < 2000-5 {
+		t.Fatalf("next wake %d %v: before the wheel's clock (2005) less ArmMs, a tick does nothing", at, ok)
+	}
+	c.Tick(at, e)
+	c.Durable(e.lsn, nil, e)
+	if d := dispatchesIn(e.take()); len(d) != 1 || d[0].RunId != "7:1500" {
+		t.Fatalf("at %d: %v, want the overdue fire", at, d)
 	}
 }

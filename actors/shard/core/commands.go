@@ -16,7 +16,7 @@ import (
 // Handle applies one message from from (a client request or a worker's result) and
 // queues its reply behind the journal.
 func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env) {
-	c.now = nowMs
+	c.setNow(nowMs)
 	switch x := m.(type) {
 	case *messages.RunResult:
 		c.result(x, from, nowMs)

@@ -241,6 +241,7 @@ type Core struct {
 	parked    []parkedCmd // commands waiting for a job's armed run to go (armed.go)
 	unparking bool        // a parked command is being handled (firstDue)
 	parkedAt  int64       // and when it came
+	seenMs    int64       // the latest now the shard was given (armed: a clock step back does not re-arm)
 	armHeld   []int64     // jobs due soon, not armed ahead while a command for them is parked (armed.go)
 	failed    error
 	frozen    *messages.Error // NOT_OWNER reply while handing off / handed off
@@ -298,7 +299,7 @@ func (c *Core) Epoch() int64 { return c.epoch }
 func (c *Core) Failed() error { return c.failed }
 
 // Pending is the number of jobs with a next fire time.
-func (c *Core) Pending() int { return c.due.Len() }
+func (c *Core) Pending() int { return c.due.Len() + len(c.armHeld) }
 
 // Jobs is the number of jobs.
 func (c *Core) Jobs() int { return c.jobCount() }
@@ -335,6 +336,12 @@ func (c *Core) AppliedLSN() uint64 { return c.appended }
 // none is scheduled.
 func (c *Core) NextDue() (int64, bool) { return c.due.NextDue() }
 
+// setNow is the time of the step the shard is given (its shell's clock).
+func (c *Core) setNow(nowMs int64) {
+	c.now = nowMs
+	c.seenMs = max(c.seenMs, nowMs)
+}
+
 // NextWake is when the core next needs Tick; ok is false when it needs none.
 func (c *Core) NextWake() (int64, bool) {
 	if c.frozen != nil || c.failed != nil {
@@ -346,17 +353,28 @@ func (c *Core) NextWake() (int64, bool) {
 		}
 		return 0, false
 	}
+	// A wheel fires nothing before its own clock (the last Advance): after the clock
+	// stepped back, an entry due before that waits until the clock is there again —
+	// a wake-up at its due would come back at once, and again.
 	a, okA := c.due.NextDue()
+	a = max(a, c.due.Now())
 	b, okB := c.timers.NextDue()
-	if x, ok := c.expire.NextDue(); ok && (!okB || x < b) {
-		b, okB = x, true
+	b = max(b, c.timers.Now())
+	if x, ok := c.expire.NextDue(); ok && (!okB || max(x, c.expire.Now()) < b) {
+		b, okB = max(x, c.expire.Now()), true
 	}
 	if x, ok := c.nextArmed(); ok && (!okB || x < b) {
 		b, okB = x, true
 	}
-	for _, id := range c.armHeld { // due at their due, not ArmMs before
-		if j := c.jobs[id]; j != nil && j.handle == 0 && j.j.NextDueMs > 0 && (!okB || j.j.NextDueMs < b) {
-			b, okB = j.j.NextDueMs, true
+	for _, id := range c.armHeld { // due at their due while a command waits, else armed as usual
+		if j := c.jobs[id]; j != nil && j.handle == 0 && j.j.NextDueMs > 0 {
+			at := j.j.NextDueMs
+			if !c.hasParked(id) {
+				at -= c.cfg.ArmMs + c.cfg.Mutations.FireEarlyMs
+			}
+			if !okB || at < b {
+				b, okB = at, true
+			}
 		}
 	}
 	switch {
@@ -463,7 +481,7 @@ func (c *Core) holdRetry(r *run) {
 
 // RetryDue is a ladder level's word that run runID's delay is over.
 func (c *Core) RetryDue(nowMs int64, runID string, env Env) {
-	c.now = nowMs
+	c.setNow(nowMs)
 	if c.failed != nil || c.frozen != nil {
 		return
 	}
@@ -545,7 +563,7 @@ func (c *Core) Replay(r persistence.Record) error {
 // dispatched and never finished go out again; periodic jobs whose fires were missed
 // while the shard was down follow their misfire policy.
 func (c *Core) Recovered(nowMs int64, durableLSN uint64, env Env) {
-	c.now = nowMs
+	c.setNow(nowMs)
 	c.live = true
 	c.reqs.settle()
 	c.cold.idx.fit(c.cold.idOf) // what Reserve sized and the replay did not fill
@@ -860,7 +878,7 @@ func (c *Core) SetWorkersOf(nowMs int64, group, all []*messages.WorkerInfo, env 
 	for _, w := range group {
 		c.known[w.WorkerId] = w
 	}
-	c.now = nowMs
+	c.setNow(nowMs)
 	c.workers = ws
 	for id := range c.busy {
 		if c.known[id] == nil {
@@ -981,7 +999,7 @@ func (c *Core) Frozen() bool { return c.frozen != nil }
 
 // Tick fires what is due at nowMs: job fires, retry attempts, lost-result deadlines.
 func (c *Core) Tick(nowMs int64, env Env) {
-	c.now = nowMs
+	c.setNow(nowMs)
 	if c.failed != nil || c.frozen != nil {
 		c.unpark(env) // answered as the shard now answers
 		return

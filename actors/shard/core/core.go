@@ -1422,11 +1422,19 @@ func (c *Core) finish(r *run, res *messages.RunResult, nowMs int64) {
 	ok := res.Outcome == messages.Outcome_SUCCEEDED
 	last := ok || r.st.Attempt >= c.attempts(j)
 	// A fixed-delay job's next due follows the finish of its fire — or of any run
-	// when it has none (an update or resume while a run went on leaves it to the finish).
-	waits := j != nil && j.j.NextDueMs == 0 && j.j.State == messages.JobState_ACTIVE
+	// when it has none (an update or resume while a run went on leaves it to the
+	// finish). A fire armed ahead of its due is one: its own finish sets the next
+	// (another run finishing meanwhile made that due again, and it fired twice).
+	waits := j != nil && j.j.NextDueMs == 0 && j.j.State == messages.JobState_ACTIVE && j.j.LastDueMs <= c.seenMs
 	if j != nil && last && j.j.Schedule.GetKind() == messages.ScheduleKind_FIXED_DELAY && (r.st.Fire || waits) && j.sched != nil {
 		rec.SetsNext = true
-		if n, okN := j.sched.AfterFinish(nowMs, j.j.Runs); okN { // the owner's clock, not the worker's (sim seed 181)
+		// The owner's clock, not the worker's (sim seed 181); but never a due that
+		// fired already (a clock that stepped back made the run's own due again).
+		n, okN := j.sched.AfterFinish(nowMs, j.j.Runs)
+		if fired := max(r.st.DueMs, j.j.LastDueMs); okN && n <= fired {
+			n, okN = j.sched.AfterFinish(fired, j.j.Runs)
+		}
+		if okN {
 			rec.JobNextDueMs = n
 		}
 	}

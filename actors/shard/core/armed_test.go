@@ -11,13 +11,32 @@ import (
 )
 
 func newArmedCore(now, armMs int64) (*Core, *fakeEnv) {
+	c, e := newArmedCoreNoWorker(now, armMs)
+	c.SetWorkers(now, []*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 4}}, e)
+	e.take()
+	return c, e
+}
+
+// newArmedCoreNoWorker is an open shard that knows no worker yet.
+func newArmedCoreNoWorker(now, armMs int64) (*Core, *fakeEnv) {
 	c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}, ArmMs: armMs}, now, 1)
 	e := &fakeEnv{}
 	c.Open(e)
 	c.Durable(e.lsn, nil, e)
-	c.SetWorkers(now, []*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 4}}, e)
-	e.take()
 	return c, e
+}
+
+// armOnceAt1050 creates one-shot job 7 at 1000, due at 1050, and arms it at 1045
+// (durable, everything sent taken); it returns the job as created.
+func armOnceAt1050(c *Core, e *fakeEnv) *messages.Job {
+	j := onceJob(7, 0)
+	j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 1050}
+	c.Handle(1000, client, &messages.CreateJob{Job: j}, e)
+	c.Durable(e.lsn, nil, e)
+	c.Tick(1045, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	return j
 }
 
 func dispatchesIn(s []sentMsg) []*messages.Dispatch {
@@ -202,13 +221,7 @@ func TestFrozenShardKeepsArmedDispatches(t *testing.T) {
 func TestUpdateDuringArmingDoesNotFireAgain(t *testing.T) {
 	for _, atMs := range []int64{1050, 1020} {
 		c, e := newArmedCore(1000, 5)
-		j := onceJob(7, 0)
-		j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 1050}
-		c.Handle(1000, client, &messages.CreateJob{Job: j}, e)
-		c.Durable(e.lsn, nil, e)
-		e.take()
-		c.Tick(1045, e)
-		c.Durable(e.lsn, nil, e)
+		j := armOnceAt1050(c, e)
 		u := proto.Clone(j).(*messages.Job)
 		u.Params, u.Schedule.AtMs = []byte("new"), atMs
 		c.Handle(1047, client, &messages.UpdateJob{Job: u, RequestId: 21}, e)
@@ -240,12 +253,7 @@ func TestUpdateDuringArmingDoesNotFireAgain(t *testing.T) {
 // command came less than ArmMs before it) and the new time fires too.
 func TestUpdateDuringArmingToLaterFiresAtTheNewTime(t *testing.T) {
 	c, e := newArmedCore(1000, 5)
-	j := onceJob(7, 0)
-	j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 1050}
-	c.Handle(1000, client, &messages.CreateJob{Job: j}, e)
-	c.Tick(1045, e)
-	c.Durable(e.lsn, nil, e)
-	e.take()
+	j := armOnceAt1050(c, e)
 	u := proto.Clone(j).(*messages.Job)
 	u.Schedule.AtMs = 1500
 	c.Handle(1047, client, &messages.UpdateJob{Job: u, RequestId: 21}, e)
@@ -337,10 +345,7 @@ func TestStoppingAnswersParkedCommands(t *testing.T) {
 // joins after the arming found none) carries its due as its dispatch time, and its
 // deadline counts from there.
 func TestArmedRunDispatchedLaterCarriesItsDue(t *testing.T) {
-	c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}, ArmMs: 5}, 1000, 1)
-	e := &fakeEnv{}
-	c.Open(e)
-	c.Durable(e.lsn, nil, e)
+	c, e := newArmedCoreNoWorker(1000, 5)
 	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 50)}, e)
 	c.Tick(1045, e) // no worker: the run waits for one
 	c.Durable(e.lsn, nil, e)
@@ -388,10 +393,7 @@ func TestStoppedShardNeedsNoTick(t *testing.T) {
 // acknowledged before a due that then fired).
 func TestCommandWaitsForAnArmedRunWithoutWorker(t *testing.T) {
 	for _, cmd := range []string{"update", "pause"} {
-		c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}, ArmMs: 5}, 1000, 1)
-		e := &fakeEnv{}
-		c.Open(e)
-		c.Durable(e.lsn, nil, e)
+		c, e := newArmedCoreNoWorker(1000, 5)
 		j := onceJob(7, 0)
 		j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 1050}
 		c.Handle(1000, client, &messages.CreateJob{Job: j}, e)
@@ -436,12 +438,7 @@ func TestCommandWaitsForAnArmedRunWithoutWorker(t *testing.T) {
 func TestParkedDelayCountsFromArrival(t *testing.T) {
 	for _, tickAt := range []int64{1050, 1051, 1060} {
 		c, e := newArmedCore(1000, 5)
-		j := onceJob(7, 0)
-		j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 1050}
-		c.Handle(1000, client, &messages.CreateJob{Job: j}, e)
-		c.Tick(1045, e)
-		c.Durable(e.lsn, nil, e)
-		e.take()
+		j := armOnceAt1050(c, e)
 		u := proto.Clone(j).(*messages.Job)
 		u.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 0}
 		c.Handle(1047, client, &messages.UpdateJob{Job: u, RequestId: 21}, e)
@@ -464,10 +461,7 @@ func TestParkedDelayCountsFromArrival(t *testing.T) {
 func TestCommandForAFastPeriodicJobIsAnswered(t *testing.T) {
 	for every := int64(1); every <= 7; every++ {
 		for _, cmd := range []string{"delete", "pause", "update"} {
-			c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}, ArmMs: 5}, 1000, 1)
-			e := &fakeEnv{}
-			c.Open(e)
-			c.Durable(e.lsn, nil, e)
+			c, e := newArmedCoreNoWorker(1000, 5)
 			c.SetWorkers(1000, []*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 100_000}}, e)
 			j := onceJob(7, 0)
 			j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_FIXED_RATE, EveryMs: every}

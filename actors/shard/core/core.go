@@ -336,6 +336,10 @@ func (c *Core) AppliedLSN() uint64 { return c.appended }
 // none is scheduled.
 func (c *Core) NextDue() (int64, bool) { return c.due.NextDue() }
 
+// ahead is how long before its due the due wheel hands a job over: ArmMs (armed.go),
+// plus the FireEarlyMs mutation's error.
+func (c *Core) ahead() int64 { return c.cfg.ArmMs + c.cfg.Mutations.FireEarlyMs }
+
 // setNow is the time of the step the shard is given (its shell's clock).
 func (c *Core) setNow(nowMs int64) {
 	c.now = nowMs
@@ -370,7 +374,7 @@ func (c *Core) NextWake() (int64, bool) {
 		if j := c.jobs[id]; j != nil && j.handle == 0 && j.j.NextDueMs > 0 {
 			at := j.j.NextDueMs
 			if !c.hasParked(id) {
-				at -= c.cfg.ArmMs + c.cfg.Mutations.FireEarlyMs
+				at -= c.ahead()
 			}
 			if !okB || at < b {
 				b, okB = at, true
@@ -379,10 +383,10 @@ func (c *Core) NextWake() (int64, bool) {
 	}
 	switch {
 	case okA && okB:
-		a -= c.cfg.ArmMs + c.cfg.Mutations.FireEarlyMs
+		a -= c.ahead()
 		return min(a, b), true
 	case okA:
-		return a - c.cfg.ArmMs - c.cfg.Mutations.FireEarlyMs, true
+		return a - c.ahead(), true
 	case okB:
 		return b, true
 	}
@@ -1008,7 +1012,7 @@ func (c *Core) Tick(nowMs int64, env Env) {
 	c.unpark(env)
 	c.rearmHeld()
 	dueJobs, dueAt := c.dueJobs[:0], c.dueAt[:0]
-	c.due.Advance(nowMs+c.cfg.ArmMs+c.cfg.Mutations.FireEarlyMs, func(dueMs int64, payload uint64) {
+	c.due.Advance(nowMs+c.ahead(), func(dueMs int64, payload uint64) {
 		dueJobs = append(dueJobs, int64(payload))
 		dueAt = append(dueAt, dueMs)
 	})

@@ -62,16 +62,27 @@ type batcher struct {
 	carried  int // creates in them
 }
 
-func (c *Client) batcherFor(owner *messages.Ref) *batcher {
-	key := owner.Address + "\x00" + owner.Id
+// batcherKey names a shard actor: a struct of its two strings, so a lookup does
+// not build a string.
+type batcherKey struct{ address, id string }
+
+// batcherForJob returns the batcher towards the shard owning job id of app, or nil
+// when the client has no route for it yet. One lock and no allocation once the
+// batcher exists: every create comes here.
+func (c *Client) batcherForJob(app string, id int64) *batcher {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	e := c.shardForLocked(app, id)
+	if e == nil || e.Owner == nil {
+		return nil
+	}
+	key := batcherKey{e.Owner.Address, e.Owner.Id}
 	b := c.batchers[key]
 	if b == nil {
 		if c.batchers == nil {
-			c.batchers = map[string]*batcher{}
+			c.batchers = map[batcherKey]*batcher{}
 		}
-		b = &batcher{c: c, pid: actor.NewPID(owner.Address, owner.Id)}
+		b = &batcher{c: c, pid: actor.NewPID(e.Owner.Address, e.Owner.Id)}
 		c.batchers[key] = b
 	}
 	return b
@@ -80,11 +91,10 @@ func (c *Client) batcherFor(owner *messages.Ref) *batcher {
 // createBatched is Create's first try, in a batch; done is false when it must be
 // tried alone (no route yet, or the batch failed as a whole).
 func (c *Client) createBatched(ctx context.Context, m *messages.CreateJob) (j *messages.Job, done bool, err error) {
-	e := c.shardFor(m.Job.App, m.Job.Id)
-	if e == nil || e.Owner == nil {
+	b := c.batcherForJob(m.Job.App, m.Job.Id)
+	if b == nil {
 		return nil, false, nil
 	}
-	b := c.batcherFor(e.Owner)
 	it := &batchItem{m: m, done: make(chan batchResult, 1)}
 	b.add(it)
 	select {

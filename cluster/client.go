@@ -53,7 +53,7 @@ type Client struct {
 
 	mu       sync.Mutex
 	routes   map[string][]*messages.RouteEntry // by app
-	batchers map[string]*batcher               // by shard actor (batch.go)
+	batchers map[batcherKey]*batcher           // by shard actor (batch.go)
 	batches  atomic.Int64                      // batches sent (batch.go)
 	batched  atomic.Int64                      // creates sent in them
 	next     int                               // server round robin
@@ -262,9 +262,14 @@ func (c *Client) refresh(ctx context.Context, app string, ensure bool) error {
 // shardFor is the route entry of the deepest shard of app holding id (route.Lookup's
 // rule, without building a []route.Shard and names per request).
 func (c *Client) shardFor(app string, id int64) *messages.RouteEntry {
-	h := route.Hash(id)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.shardForLocked(app, id)
+}
+
+// shardForLocked is shardFor with c.mu held.
+func (c *Client) shardForLocked(app string, id int64) *messages.RouteEntry {
+	h := route.Hash(id)
 	var best *messages.RouteEntry
 	for _, r := range c.routes[app] {
 		s := route.Shard{App: r.App, Level: int(r.Level), Index: r.Index}

@@ -10,8 +10,9 @@
 // directory and its built-in defaults; runs the same create and fire scenarios on
 // Asynq (Enqueue with ProcessIn; the server with default settings, then with
 // DelayedTaskCheckInterval = 100 ms), with Redis as it ships and again with
-// appendonly yes + appendfsync always; and measures two references, time.AfterFunc
-// lateness and this disk's fdatasync rate.
+// appendonly yes + appendfsync always; runs both sides' create again at a higher
+// load (-concurrency-high, 1,024 in flight) to show how each scales; and measures
+// two references, time.AfterFunc lateness and this disk's fdatasync rate.
 package main
 
 import (

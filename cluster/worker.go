@@ -94,7 +94,7 @@ func (w *Worker) Start() error {
 		w.cfg.ID = fmt.Sprintf("%s-%s", w.cfg.App, sys.ID)
 	}
 	w.shell = worker.NewActor(w.cfg.ID, w.cfg.Capacity, w.handlers, w.cfg.Log, w.cfg.OnRun)
-	w.pid, err = sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return w.shell }, actor.WithDispatcher(dispatch.Shared)), "kjob-worker")
+	w.pid, err = sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return w.shell }, actor.WithDispatcher(dispatch.Shared), actor.WithMailbox(dispatch.Mailbox)), "kjob-worker")
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kjob/kjob/actors/dispatch"
 	"github.com/kjob/kjob/actors/nameserver/core"
 	"github.com/kjob/kjob/messages"
 )
@@ -35,7 +36,7 @@ func Props(s core.Strategy, members []string, split core.SplitPolicy) *actor.Pro
 		c.SetMembers(members)
 		c.SetSplit(split)
 		return &Actor{core: c}
-	})
+	}, actor.WithMailbox(dispatch.Mailbox)) // addressed by name from every node: see dispatch.Mailbox
 }
 
 // Receive implements actor.Actor.

@@ -142,7 +142,7 @@ func NewActor(c *core.Core, j Journal, log *slog.Logger) *Actor {
 // Props returns the props of the shell; recovered says whether to run Recovered.
 func (a *Actor) Props(open bool, durableLSN uint64) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return &startup{a: a, open: open, lsn: durableLSN} },
-		actor.WithDispatcher(dispatch.Shared))
+		actor.WithDispatcher(dispatch.Shared), actor.WithMailbox(dispatch.Mailbox))
 }
 
 type startup struct {

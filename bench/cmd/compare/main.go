@@ -252,23 +252,30 @@ func runAsynq(ctx context.Context, c config, r *results) error {
 	logf("redis %s on %s (%s)", rs.version, rs.addr, r.redisShipped)
 	r.phase("redis start", t0)
 
-	t0 = time.Now()
-	if err := rs.reset(ctx); err != nil {
+	// create runs Asynq's create scenario on an emptied Redis with conc in flight
+	// (the phase named "<redis>, <conc> in flight" when conc is not c.concurrency).
+	create := func(redis string, conc int) (*createRun, error) {
+		t0 := time.Now()
+		if conc != c.concurrency {
+			redis += fmt.Sprintf(", %d in flight", conc)
+		}
+		if err := rs.reset(ctx); err != nil {
+			return nil, err
+		}
+		cr, err := asynqCreate(ctx, rs.addr, c.createN, conc, c.paramsBytes, "asynq create ("+redis+")")
+		if err != nil {
+			return nil, fmt.Errorf("asynq create, %s: %w", redis, err)
+		}
+		r.phase("asynq create, "+redis, t0)
+		return cr, nil
+	}
+	if r.createShipped, err = create("redis as shipped", c.concurrency); err != nil {
 		return err
 	}
-	if r.createShipped, err = asynqCreate(ctx, rs.addr, c.createN, c.concurrency, c.paramsBytes, "asynq create (as shipped)"); err != nil {
-		return fmt.Errorf("asynq create: %w", err)
-	}
-	r.phase("asynq create, redis as shipped", t0)
 	if c.high > 0 {
-		t0 = time.Now()
-		if err := rs.reset(ctx); err != nil {
+		if r.highShipped, err = create("redis as shipped", c.high); err != nil {
 			return err
 		}
-		if r.highShipped, err = asynqCreate(ctx, rs.addr, c.createN, c.high, c.paramsBytes, fmt.Sprintf("asynq create (as shipped, %d in flight)", c.high)); err != nil {
-			return fmt.Errorf("asynq create at %d in flight: %w", c.high, err)
-		}
-		r.phase(fmt.Sprintf("asynq create, redis as shipped, %d in flight", c.high), t0)
 	}
 
 	t0 = time.Now()
@@ -289,28 +296,18 @@ func runAsynq(ctx context.Context, c config, r *results) error {
 	}
 	r.phase("asynq fire, 100 ms check interval", t0)
 
-	t0 = time.Now()
-	if err := rs.reset(ctx); err != nil {
-		return err
-	}
 	if err := rs.appendfsyncAlways(ctx); err != nil {
 		return err
 	}
 	r.redisAlways = rs.persistence(ctx)
 	logf("redis now %s", r.redisAlways)
-	if r.createAlways, err = asynqCreate(ctx, rs.addr, c.createN, c.concurrency, c.paramsBytes, "asynq create (appendfsync always)"); err != nil {
-		return fmt.Errorf("asynq create, appendfsync always: %w", err)
+	if r.createAlways, err = create("appendfsync always", c.concurrency); err != nil {
+		return err
 	}
-	r.phase("asynq create, appendfsync always", t0)
 	if c.high > 0 {
-		t0 = time.Now()
-		if err := rs.reset(ctx); err != nil {
+		if r.highAlways, err = create("appendfsync always", c.high); err != nil {
 			return err
 		}
-		if r.highAlways, err = asynqCreate(ctx, rs.addr, c.createN, c.high, c.paramsBytes, fmt.Sprintf("asynq create (appendfsync always, %d in flight)", c.high)); err != nil {
-			return fmt.Errorf("asynq create, appendfsync always, at %d in flight: %w", c.high, err)
-		}
-		r.phase(fmt.Sprintf("asynq create, appendfsync always, %d in flight", c.high), t0)
 	}
 
 	t0 = time.Now()

@@ -190,16 +190,17 @@ func (b *batcher) run(batch []*batchItem) {
 func (b *batcher) send(batch []*batchItem) {
 	b.c.batches.Add(1)
 	b.c.batched.Add(int64(len(batch)))
-	req := &messages.CreateJobs{Jobs: make([]*messages.CreateJob, len(batch))}
+	req := &messages.CreateJobs{Jobs: make([]*messages.CreateJob, len(batch)), LeanReplies: true}
 	for i, it := range batch {
 		req.Jobs[i] = it.m
 	}
-	var rep *messages.CreateJobsReply
+	var replies []*messages.JobReply
 	r, err := b.c.system.Root.RequestFuture(b.pid, req, requestTimeout).Result()
 	if err == nil {
-		var ok bool
-		if rep, ok = r.(*messages.CreateJobsReply); !ok || len(rep.Replies) != len(batch) {
+		if rep, ok := r.(*messages.CreateJobsReply); !ok {
 			err = fmt.Errorf("%w: %s: unexpected reply %T to a batch of %d", errTransport, b.pid.Address, r, len(batch))
+		} else if replies, err = rep.Expand(req.Jobs); err != nil {
+			err = fmt.Errorf("%w: %s: %v", errTransport, b.pid.Address, err)
 		}
 	}
 	if err != nil {
@@ -213,7 +214,7 @@ func (b *batcher) send(batch []*batchItem) {
 		if err != nil {
 			it.done <- batchResult{err: err}
 		} else {
-			it.done <- batchResult{reply: rep.Replies[i]}
+			it.done <- batchResult{reply: replies[i]}
 		}
 	}
 }

@@ -358,7 +358,10 @@ func (c *Client) jobCall(ctx context.Context, app string, id int64, ensure bool,
 }
 
 // Create durably creates job j (its id is generated when zero) and returns it as
-// stored. Creating the same id with the same definition again is a no-op.
+// stored. Creating the same id with the same definition again is a no-op. The
+// returned job may share j's Params, Schedule and Policy (a batched create is
+// answered without its definition, which the client holds: see CreateJobs), so
+// change neither after the call.
 func (c *Client) Create(ctx context.Context, j *messages.Job) (*messages.Job, error) {
 	if j == nil {
 		return nil, &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "job", Message: "is required"}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/kjob/kjob/actors/kerr"
 	"github.com/kjob/kjob/cluster"
 	"github.com/kjob/kjob/messages"
@@ -122,10 +124,19 @@ func TestTenThousandOneShots(t *testing.T) {
 				if i >= n {
 					return
 				}
-				j, err := e.client.Create(ctx, once(i*3000/n))
+				in := once(i * 3000 / n)
+				j, err := e.client.Create(ctx, in)
 				if err != nil {
 					failed.Add(1)
 					t.Errorf("create %d: %v", i, err)
+					return
+				}
+				// The job as stored, whether its reply was lean (batched) or full.
+				if j.Id == 0 || j.App != in.App || j.Handler != in.Handler || !proto.Equal(j.Schedule, in.Schedule) ||
+					j.State != messages.JobState_ACTIVE || j.Version != 1 || j.CreatedMs == 0 || j.UpdatedMs != j.CreatedMs ||
+					j.NextDueMs != j.CreatedMs+in.Schedule.DelayMs || j.Runs != 0 {
+					failed.Add(1)
+					t.Errorf("create %d returned %v", i, j)
 					return
 				}
 				ids <- j.Id

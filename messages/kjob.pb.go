@@ -1605,9 +1605,21 @@ func (x *JobReply) GetJob() *Job {
 // batches on its own): each is applied as if it came alone, in order, and the
 // reply holds one JobReply per create, in the same order, sent once all of them
 // are durable.
+//
+// With lean_replies the reply is lean (a shard that predates the field answers in
+// full, which the client takes as well): a create that succeeded with the
+// definition it asked for (a new job, or the same create again) is answered by the
+// fields of the job the shard sets — its stamp, at the create's index in each
+// stamp field — instead of the whole job, whose definition the client holds;
+// every other create (an error, or an id holding another definition) is answered
+// in full, in replies, at the indexes listed in full_at. A stamp field is either
+// empty (zero for every create) or holds one entry per create of the batch, zero
+// at the indexes in full_at. The request_id of a job (journal only) is not in a
+// stamp. messages.Lean and CreateJobsReply.Expand build and read this form.
 type CreateJobs struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Jobs          []*CreateJob           `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	LeanReplies   bool                   `protobuf:"varint,2,opt,name=lean_replies,json=leanReplies,proto3" json:"lean_replies,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1649,9 +1661,25 @@ func (x *CreateJobs) GetJobs() []*CreateJob {
 	return nil
 }
 
+func (x *CreateJobs) GetLeanReplies() bool {
+	if x != nil {
+		return x.LeanReplies
+	}
+	return false
+}
+
 type CreateJobsReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Replies       []*JobReply            `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`
+	Replies       []*JobReply            `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`                           // without lean_replies: one per create, in order
+	FullAt        []int32                `protobuf:"varint,2,rep,packed,name=full_at,json=fullAt,proto3" json:"full_at,omitempty"`       // lean: the creates answered in replies, ascending
+	State         []JobState             `protobuf:"varint,3,rep,packed,name=state,proto3,enum=kjob.v1.JobState" json:"state,omitempty"` // lean: the stamps
+	Version       []int64                `protobuf:"varint,4,rep,packed,name=version,proto3" json:"version,omitempty"`
+	CreatedMs     []int64                `protobuf:"varint,5,rep,packed,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
+	UpdatedMs     []int64                `protobuf:"varint,6,rep,packed,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	NextDueMs     []int64                `protobuf:"varint,7,rep,packed,name=next_due_ms,json=nextDueMs,proto3" json:"next_due_ms,omitempty"`
+	Runs          []int64                `protobuf:"varint,8,rep,packed,name=runs,proto3" json:"runs,omitempty"`
+	LastDueMs     []int64                `protobuf:"varint,9,rep,packed,name=last_due_ms,json=lastDueMs,proto3" json:"last_due_ms,omitempty"`
+	LastFinishMs  []int64                `protobuf:"varint,10,rep,packed,name=last_finish_ms,json=lastFinishMs,proto3" json:"last_finish_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1689,6 +1717,69 @@ func (*CreateJobsReply) Descriptor() ([]byte, []int) {
 func (x *CreateJobsReply) GetReplies() []*JobReply {
 	if x != nil {
 		return x.Replies
+	}
+	return nil
+}
+
+func (x *CreateJobsReply) GetFullAt() []int32 {
+	if x != nil {
+		return x.FullAt
+	}
+	return nil
+}
+
+func (x *CreateJobsReply) GetState() []JobState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *CreateJobsReply) GetVersion() []int64 {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
+func (x *CreateJobsReply) GetCreatedMs() []int64 {
+	if x != nil {
+		return x.CreatedMs
+	}
+	return nil
+}
+
+func (x *CreateJobsReply) GetUpdatedMs() []int64 {
+	if x != nil {
+		return x.UpdatedMs
+	}
+	return nil
+}
+
+func (x *CreateJobsReply) GetNextDueMs() []int64 {
+	if x != nil {
+		return x.NextDueMs
+	}
+	return nil
+}
+
+func (x *CreateJobsReply) GetRuns() []int64 {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *CreateJobsReply) GetLastDueMs() []int64 {
+	if x != nil {
+		return x.LastDueMs
+	}
+	return nil
+}
+
+func (x *CreateJobsReply) GetLastFinishMs() []int64 {
+	if x != nil {
+		return x.LastFinishMs
 	}
 	return nil
 }
@@ -5057,12 +5148,25 @@ const file_kjob_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\"P\n" +
 	"\bJobReply\x12$\n" +
 	"\x05error\x18\x01 \x01(\v2\x0e.kjob.v1.ErrorR\x05error\x12\x1e\n" +
-	"\x03job\x18\x02 \x01(\v2\f.kjob.v1.JobR\x03job\"4\n" +
+	"\x03job\x18\x02 \x01(\v2\f.kjob.v1.JobR\x03job\"W\n" +
 	"\n" +
 	"CreateJobs\x12&\n" +
-	"\x04jobs\x18\x01 \x03(\v2\x12.kjob.v1.CreateJobR\x04jobs\">\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x12.kjob.v1.CreateJobR\x04jobs\x12!\n" +
+	"\flean_replies\x18\x02 \x01(\bR\vleanReplies\"\xd2\x02\n" +
 	"\x0fCreateJobsReply\x12+\n" +
-	"\areplies\x18\x01 \x03(\v2\x11.kjob.v1.JobReplyR\areplies\"?\n" +
+	"\areplies\x18\x01 \x03(\v2\x11.kjob.v1.JobReplyR\areplies\x12\x17\n" +
+	"\afull_at\x18\x02 \x03(\x05R\x06fullAt\x12'\n" +
+	"\x05state\x18\x03 \x03(\x0e2\x11.kjob.v1.JobStateR\x05state\x12\x18\n" +
+	"\aversion\x18\x04 \x03(\x03R\aversion\x12\x1d\n" +
+	"\n" +
+	"created_ms\x18\x05 \x03(\x03R\tcreatedMs\x12\x1d\n" +
+	"\n" +
+	"updated_ms\x18\x06 \x03(\x03R\tupdatedMs\x12\x1e\n" +
+	"\vnext_due_ms\x18\a \x03(\x03R\tnextDueMs\x12\x12\n" +
+	"\x04runs\x18\b \x03(\x03R\x04runs\x12\x1e\n" +
+	"\vlast_due_ms\x18\t \x03(\x03R\tlastDueMs\x12$\n" +
+	"\x0elast_finish_ms\x18\n" +
+	" \x03(\x03R\flastFinishMs\"?\n" +
 	"\n" +
 	"Dispatches\x121\n" +
 	"\n" +
@@ -5524,58 +5628,59 @@ var file_kjob_proto_depIdxs = []int32{
 	12, // 13: kjob.v1.JobReply.job:type_name -> kjob.v1.Job
 	13, // 14: kjob.v1.CreateJobs.jobs:type_name -> kjob.v1.CreateJob
 	22, // 15: kjob.v1.CreateJobsReply.replies:type_name -> kjob.v1.JobReply
-	38, // 16: kjob.v1.Dispatches.dispatches:type_name -> kjob.v1.Dispatch
-	40, // 17: kjob.v1.ResultAcks.acks:type_name -> kjob.v1.ResultAck
-	39, // 18: kjob.v1.RunResults.results:type_name -> kjob.v1.RunResult
-	8,  // 19: kjob.v1.ListJobsReply.error:type_name -> kjob.v1.Error
-	12, // 20: kjob.v1.ListJobsReply.jobs:type_name -> kjob.v1.Job
-	8,  // 21: kjob.v1.RunsReply.error:type_name -> kjob.v1.Error
-	30, // 22: kjob.v1.RunsReply.runs:type_name -> kjob.v1.RunRecord
-	6,  // 23: kjob.v1.RunRecord.outcome:type_name -> kjob.v1.Outcome
-	8,  // 24: kjob.v1.DeadLettersReply.error:type_name -> kjob.v1.Error
-	31, // 25: kjob.v1.DeadLettersReply.letters:type_name -> kjob.v1.DeadLetter
-	8,  // 26: kjob.v1.DeadLetterReply.error:type_name -> kjob.v1.Error
-	31, // 27: kjob.v1.DeadLetterReply.letter:type_name -> kjob.v1.DeadLetter
-	9,  // 28: kjob.v1.Dispatch.reply_to:type_name -> kjob.v1.Ref
-	6,  // 29: kjob.v1.RunResult.outcome:type_name -> kjob.v1.Outcome
-	9,  // 30: kjob.v1.RunResult.worker:type_name -> kjob.v1.Ref
-	9,  // 31: kjob.v1.ShardLoad.pid:type_name -> kjob.v1.Ref
-	9,  // 32: kjob.v1.ServerHeartbeat.server:type_name -> kjob.v1.Ref
-	41, // 33: kjob.v1.ServerHeartbeat.shards:type_name -> kjob.v1.ShardLoad
-	46, // 34: kjob.v1.ServerHeartbeat.known:type_name -> kjob.v1.RouteEntry
-	9,  // 35: kjob.v1.WorkerInfo.ref:type_name -> kjob.v1.Ref
-	43, // 36: kjob.v1.WorkerHeartbeat.worker:type_name -> kjob.v1.WorkerInfo
-	9,  // 37: kjob.v1.RouteEntry.owner:type_name -> kjob.v1.Ref
-	43, // 38: kjob.v1.AppWorkers.workers:type_name -> kjob.v1.WorkerInfo
-	46, // 39: kjob.v1.RouteTable.routes:type_name -> kjob.v1.RouteEntry
-	47, // 40: kjob.v1.RouteTable.apps:type_name -> kjob.v1.AppWorkers
-	8,  // 41: kjob.v1.RouteTable.error:type_name -> kjob.v1.Error
-	9,  // 42: kjob.v1.RouteTable.nameserver:type_name -> kjob.v1.Ref
-	9,  // 43: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
-	9,  // 44: kjob.v1.AssignShard.nameserver:type_name -> kjob.v1.Ref
-	9,  // 45: kjob.v1.MoveShard.target:type_name -> kjob.v1.Ref
-	8,  // 46: kjob.v1.ImportShardReply.error:type_name -> kjob.v1.Error
-	41, // 47: kjob.v1.ImportShardReply.shard:type_name -> kjob.v1.ShardLoad
-	41, // 48: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
-	8,  // 49: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
-	8,  // 50: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
-	41, // 51: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
-	8,  // 52: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
-	59, // 53: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
-	61, // 54: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
-	60, // 55: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
-	9,  // 56: kjob.v1.ShardMeta.target:type_name -> kjob.v1.Ref
-	65, // 57: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
-	12, // 58: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
-	67, // 59: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
-	31, // 60: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
-	30, // 61: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
-	69, // 62: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
-	63, // [63:63] is the sub-list for method output_type
-	63, // [63:63] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	5,  // 16: kjob.v1.CreateJobsReply.state:type_name -> kjob.v1.JobState
+	38, // 17: kjob.v1.Dispatches.dispatches:type_name -> kjob.v1.Dispatch
+	40, // 18: kjob.v1.ResultAcks.acks:type_name -> kjob.v1.ResultAck
+	39, // 19: kjob.v1.RunResults.results:type_name -> kjob.v1.RunResult
+	8,  // 20: kjob.v1.ListJobsReply.error:type_name -> kjob.v1.Error
+	12, // 21: kjob.v1.ListJobsReply.jobs:type_name -> kjob.v1.Job
+	8,  // 22: kjob.v1.RunsReply.error:type_name -> kjob.v1.Error
+	30, // 23: kjob.v1.RunsReply.runs:type_name -> kjob.v1.RunRecord
+	6,  // 24: kjob.v1.RunRecord.outcome:type_name -> kjob.v1.Outcome
+	8,  // 25: kjob.v1.DeadLettersReply.error:type_name -> kjob.v1.Error
+	31, // 26: kjob.v1.DeadLettersReply.letters:type_name -> kjob.v1.DeadLetter
+	8,  // 27: kjob.v1.DeadLetterReply.error:type_name -> kjob.v1.Error
+	31, // 28: kjob.v1.DeadLetterReply.letter:type_name -> kjob.v1.DeadLetter
+	9,  // 29: kjob.v1.Dispatch.reply_to:type_name -> kjob.v1.Ref
+	6,  // 30: kjob.v1.RunResult.outcome:type_name -> kjob.v1.Outcome
+	9,  // 31: kjob.v1.RunResult.worker:type_name -> kjob.v1.Ref
+	9,  // 32: kjob.v1.ShardLoad.pid:type_name -> kjob.v1.Ref
+	9,  // 33: kjob.v1.ServerHeartbeat.server:type_name -> kjob.v1.Ref
+	41, // 34: kjob.v1.ServerHeartbeat.shards:type_name -> kjob.v1.ShardLoad
+	46, // 35: kjob.v1.ServerHeartbeat.known:type_name -> kjob.v1.RouteEntry
+	9,  // 36: kjob.v1.WorkerInfo.ref:type_name -> kjob.v1.Ref
+	43, // 37: kjob.v1.WorkerHeartbeat.worker:type_name -> kjob.v1.WorkerInfo
+	9,  // 38: kjob.v1.RouteEntry.owner:type_name -> kjob.v1.Ref
+	43, // 39: kjob.v1.AppWorkers.workers:type_name -> kjob.v1.WorkerInfo
+	46, // 40: kjob.v1.RouteTable.routes:type_name -> kjob.v1.RouteEntry
+	47, // 41: kjob.v1.RouteTable.apps:type_name -> kjob.v1.AppWorkers
+	8,  // 42: kjob.v1.RouteTable.error:type_name -> kjob.v1.Error
+	9,  // 43: kjob.v1.RouteTable.nameserver:type_name -> kjob.v1.Ref
+	9,  // 44: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
+	9,  // 45: kjob.v1.AssignShard.nameserver:type_name -> kjob.v1.Ref
+	9,  // 46: kjob.v1.MoveShard.target:type_name -> kjob.v1.Ref
+	8,  // 47: kjob.v1.ImportShardReply.error:type_name -> kjob.v1.Error
+	41, // 48: kjob.v1.ImportShardReply.shard:type_name -> kjob.v1.ShardLoad
+	41, // 49: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
+	8,  // 50: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
+	8,  // 51: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
+	41, // 52: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
+	8,  // 53: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
+	59, // 54: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
+	61, // 55: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
+	60, // 56: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
+	9,  // 57: kjob.v1.ShardMeta.target:type_name -> kjob.v1.Ref
+	65, // 58: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
+	12, // 59: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
+	67, // 60: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
+	31, // 61: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
+	30, // 62: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
+	69, // 63: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
+	64, // [64:64] is the sub-list for method output_type
+	64, // [64:64] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_kjob_proto_init() }

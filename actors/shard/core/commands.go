@@ -53,6 +53,9 @@ func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env)
 			}
 			out.Replies[i] = c.command(x, nowMs).(*messages.JobReply)
 		}
+		if b.LeanReplies {
+			out = messages.Lean(b.Jobs, out.Replies)
+		}
 		c.send(from, out)
 		c.flush(env)
 		return

@@ -289,6 +289,37 @@ func TestCreateBatch(t *testing.T) {
 	if !bytes.Equal(c.Snapshot(), a.Snapshot()) {
 		t.Error("a batch left another state than the same creates alone")
 	}
+
+	// Asked for lean replies, the same batch on a third shard is answered with the
+	// stamps of the two new jobs and of the create repeated, and the two errors in
+	// full; expanded, the replies are the full ones.
+	l, le := newCore(1000)
+	l.Handle(1000, client, &messages.CreateJobs{Jobs: jobs, LeanReplies: true}, le)
+	l.Durable(le.lsn, nil, le)
+	ls := le.take()
+	if len(ls) != 1 {
+		t.Fatalf("%d messages after the lean batch, want one reply", len(ls))
+	}
+	lean := ls[0].m.(*messages.CreateJobsReply)
+	if fmt.Sprint(lean.FullAt) != "[1 4]" || len(lean.Replies) != 2 {
+		t.Fatalf("lean reply answers %v in full (%d replies), want [1 4]", lean.FullAt, len(lean.Replies))
+	}
+	expanded, err := lean.Expand(jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range jobs {
+		want := proto.Clone(rep.Replies[i]).(*messages.JobReply)
+		if want.Job != nil {
+			want.Job.RequestId = 0
+		}
+		if !proto.Equal(expanded[i], want) {
+			t.Errorf("create %d: lean reply expands to %v, full %v", i, expanded[i], want)
+		}
+	}
+	if !bytes.Equal(l.Snapshot(), a.Snapshot()) {
+		t.Error("a lean batch left another state than the same creates alone")
+	}
 	c.Freeze(&messages.Error{Code: messages.Code_NOT_OWNER, Message: "moving"})
 	c.Handle(1000, client, &messages.CreateJobs{Jobs: jobs[:2]}, e)
 	c.Durable(e.lsn, nil, e)

@@ -686,6 +686,9 @@ func (j *Journal) flush() {
 			jb.s.dropDurable(jb.to) // still listed dirty: Compact does not unmap it meanwhile
 		}
 	}
+	for _, jb := range jobs {
+		jb.s.populateAhead(jb.to) // the same
+	}
 	j.mu.Lock()
 	for _, jb := range jobs {
 		jb.s.synced = jb.to

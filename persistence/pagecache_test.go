@@ -80,3 +80,67 @@ func TestOpenKeepsWrittenPagesCached(t *testing.T) {
 		t.Fatalf("Replay read %d records, want %d", count, n)
 	}
 }
+
+// residentPages counts the pages of b (page aligned) that are in the page cache.
+func residentPages(t *testing.T, b []byte) int {
+	t.Helper()
+	vec := make([]byte, (len(b)+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Skipf("mincore: %v", errno)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
+}
+
+// TestFlusherPopulatesAhead: after a group commit the pages just past what was
+// synced are faulted in (a new segment's pages are in no cache before: fallocated,
+// never read), so the appender does not take those faults; and only a window of
+// populateAheadBytes is, not the segment — it moves with the writer.
+func TestFlusherPopulatesAhead(t *testing.T) {
+	if !populateOK.Load() {
+		t.Skip("MADV_POPULATE_WRITE refused by this kernel")
+	}
+	j := openT(t, Options{Dir: t.TempDir(), SegmentSizeBytes: 16 << 20})
+	defer closeT(t, j)
+	page := os.Getpagesize()
+	check := func(step string) {
+		t.Helper()
+		j.mu.Lock()
+		s := j.segs[len(j.segs)-1]
+		end := s.idx.end
+		j.mu.Unlock()
+		from := (end + page - 1) &^ (page - 1)
+		win := (end + populateAheadBytes/2) &^ (page - 1) // at least half a window is always ahead
+		if got, want := residentPages(t, s.buf[from:win]), (win-from)/page; got != want {
+			t.Fatalf("%s: %d of the %d pages past the synced end %d are resident, want all", step, got, want, end)
+		}
+		beyond := (end + populateAheadBytes + page) &^ (page - 1)
+		if got := residentPages(t, s.buf[beyond:beyond+populateAheadBytes]); got != 0 {
+			t.Fatalf("%s: %d pages resident more than %d bytes past the synced end %d", step, got, populateAheadBytes, end)
+		}
+		if !populateOK.Load() {
+			t.Skip("MADV_POPULATE_WRITE refused by this kernel")
+		}
+	}
+	n := 0
+	appendBytes := func(total int) {
+		for size := 0; size < total; {
+			var es []Entry
+			for range 100 {
+				es = append(es, Entry{Stream: 1, Type: 1, Payload: payloadFor(n, 200)})
+				n++
+				size += 200
+			}
+			if _, err := j.AppendWait(context.Background(), es...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	appendBytes(1)
+	check("after the first commit")
+	appendBytes(3 * populateAheadBytes)
+	check("three windows later")
+}

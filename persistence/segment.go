@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	mmap "github.com/edsrzf/mmap-go"
 	"golang.org/x/sys/unix"
@@ -45,7 +46,8 @@ type segment struct {
 	needDirSync bool // the file's name is not yet durable in the directory
 	inDirty     bool // listed in Journal.dirty
 
-	unmappedTo int // flusher-owned: bytes [0, unmappedTo) were dropped from the page tables
+	unmappedTo  int // flusher-owned: bytes [0, unmappedTo) were dropped from the page tables
+	populatedTo int // flusher-owned: bytes [0, populatedTo) were faulted in writable ahead of the writer
 }
 
 // unmapChunkBytes is how much durable data accumulates before the flusher drops it
@@ -67,6 +69,47 @@ func (s *segment) dropDurable(to int) {
 	}
 	if err := unix.Madvise(s.buf[s.unmappedTo:end], unix.MADV_DONTNEED); err == nil {
 		s.unmappedTo = end
+	}
+}
+
+// Faulting in ahead of the writer. The first write to each page of a new
+// segment's mapping is a page fault, taken by whoever appends — the shard's
+// goroutine — and on ext4 over a fallocated (unwritten) extent it is a costly one:
+// in the create scenario `persistence.putFrame`, the first bytes of a record,
+// was 8 % of the process's CPU (0.27 s of 3.22 s for 200,000 creates), about
+// 25 µs a page. MADV_POPULATE_WRITE (Linux 5.14) does the same faults in one call,
+// about 2 µs a page here (a 64 MiB segment in 30–40 ms), without changing what
+// the pages hold (zeros: the end of the records). So the flusher, after each
+// group commit, keeps populateAheadBytes faulted in ahead of the end it synced, in
+// steps of half of it. Only a window: a whole populated segment would be 64 MiB of
+// resident pages per segment before a record is in it.
+const populateAheadBytes = 1 << 20
+
+// populateOK is cleared once the kernel refuses MADV_POPULATE_WRITE (before 5.14:
+// EINVAL), so a flusher does not ask again. Advice only: without it the writer
+// takes the faults itself, as before.
+var populateOK atomic.Bool
+
+func init() { populateOK.Store(true) }
+
+// populateAhead faults in, writable, the pages of up to populateAheadBytes past
+// to, the end of what the flusher just synced, when less than half of that is
+// faulted in already. Only the flusher calls it, while the segment is listed
+// dirty (so Compact does not unmap it meanwhile).
+func (s *segment) populateAhead(to int) {
+	if s.mm == nil || !populateOK.Load() {
+		return
+	}
+	start := max(s.populatedTo, to)
+	if start-to >= populateAheadBytes/2 || start >= len(s.buf) {
+		return
+	}
+	end := min(to+populateAheadBytes, len(s.buf))
+	switch err := unix.Madvise(s.buf[start&^(pageSizeBytes-1):end], unix.MADV_POPULATE_WRITE); {
+	case err == nil:
+		s.populatedTo = end
+	case errors.Is(err, unix.EINVAL):
+		populateOK.Store(false)
 	}
 }
 

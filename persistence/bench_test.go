@@ -280,19 +280,19 @@ func BenchmarkRecovery(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// BenchmarkPopulateAhead: the mmap group commit (64 appenders of 128-byte records,
-// as in BenchmarkAppendSync) with the flusher faulting in ahead of the writer and
-// without, alternating, with the process's CPU (user + system, getrusage) a record
-// beside the rate: the faults it saves are system time.
-func BenchmarkPopulateAhead(b *testing.B) {
-	defer populateOK.Store(populateOK.Load())
-	if !populateOK.Load() {
+// BenchmarkAhead: the mmap group commit (64 appenders of 128-byte records, as in
+// BenchmarkAppendSync) with the journal preparing the pages ahead of the writer
+// (segment.prepareAhead) and without, alternating, with the process's CPU (user +
+// system, getrusage) a record beside the rate: what it saves is system time.
+func BenchmarkAhead(b *testing.B) {
+	defer aheadOK.Store(aheadOK.Load())
+	if !aheadOK.Load() {
 		b.Skip("MADV_POPULATE_WRITE refused by this kernel")
 	}
 	for round := range 2 {
 		for _, on := range []bool{false, true} {
-			b.Run(fmt.Sprintf("populate=%v/%d", on, round), func(b *testing.B) {
-				populateOK.Store(on)
+			b.Run(fmt.Sprintf("ahead=%v/%d", on, round), func(b *testing.B) {
+				aheadOK.Store(on)
 				j := benchJournal(b, backendMmap)
 				n := max(b.N, 1000)
 				var r0, r1 unix.Rusage

@@ -167,6 +167,7 @@ type Journal struct {
 	kick      chan struct{}
 	spares    chan *segment
 	needSpare chan struct{}
+	ahead     chan syncJob // flusher -> aheadLoop: where a group commit's sync ended
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	jobs      []syncJob // flusher-owned
@@ -215,6 +216,7 @@ func Open(opts Options) (*Journal, error) {
 		kick:       make(chan struct{}, 1),
 		spares:     make(chan *segment, 1),
 		needSpare:  make(chan struct{}, 1),
+		ahead:      make(chan syncJob, 1),
 		stop:       make(chan struct{}),
 	}
 	j.syncRange = func(s *segment, from, to int) error { return s.sync(from, to) }
@@ -226,9 +228,10 @@ func Open(opts Options) (*Journal, error) {
 		j.releaseAll()
 		return nil, err
 	}
-	j.wg.Add(2)
+	j.wg.Add(3)
 	go j.flushLoop()
 	go j.prepareLoop()
+	go j.aheadLoop()
 	j.requestSpare()
 	return j, nil
 }
@@ -686,9 +689,6 @@ func (j *Journal) flush() {
 			jb.s.dropDurable(jb.to) // still listed dirty: Compact does not unmap it meanwhile
 		}
 	}
-	for _, jb := range jobs {
-		jb.s.populateAhead(jb.to) // the same
-	}
 	j.mu.Lock()
 	for _, jb := range jobs {
 		jb.s.synced = jb.to
@@ -712,6 +712,12 @@ func (j *Journal) flush() {
 	}
 	for _, w := range waiters {
 		w.cb(w.last, nil)
+	}
+	if n := len(jobs); n > 0 {
+		select { // the newest segment synced: the active one
+		case j.ahead <- syncJob{s: jobs[n-1].s, to: jobs[n-1].to}:
+		default: // busy: the next commit tells it again
+		}
 	}
 	clear(waiters)
 	j.mu.Lock()
@@ -767,6 +773,22 @@ func (j *Journal) prepareLoop() {
 		case j.spares <- s:
 		default:
 			j.discardSpare(s)
+		}
+	}
+}
+
+// aheadLoop faults in the pages past where each group commit's sync ended
+// (segment.populateAhead), off the flusher's and the appenders' way.
+func (j *Journal) aheadLoop() {
+	defer j.wg.Done()
+	for {
+		select {
+		case <-j.stop:
+			return
+		case jb := <-j.ahead:
+			j.rw.RLock() // Compact unmaps under rw
+			jb.s.populateAhead(jb.to)
+			j.rw.RUnlock()
 		}
 	}
 }

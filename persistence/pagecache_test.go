@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -95,12 +96,12 @@ func residentPages(t *testing.T, b []byte) int {
 	return n
 }
 
-// TestFlusherPopulatesAhead: after a group commit the pages just past what was
-// synced are faulted in (a new segment's pages are in no cache before: fallocated,
+// TestJournalPopulatesAhead: after a group commit the pages just past what was
+// synced get faulted in (a new segment's pages are in no cache before: fallocated,
 // never read), so the appender does not take those faults; and only a window of
-// populateAheadBytes is, not the segment — it moves with the writer.
-func TestFlusherPopulatesAhead(t *testing.T) {
-	if !populateOK.Load() {
+// aheadBytes is, not the segment: it moves with the writer.
+func TestJournalPopulatesAhead(t *testing.T) {
+	if !aheadOK.Load() {
 		t.Skip("MADV_POPULATE_WRITE refused by this kernel")
 	}
 	j := openT(t, Options{Dir: t.TempDir(), SegmentSizeBytes: 16 << 20})
@@ -113,16 +114,23 @@ func TestFlusherPopulatesAhead(t *testing.T) {
 		end := s.idx.end
 		j.mu.Unlock()
 		from := (end + page - 1) &^ (page - 1)
-		win := (end + populateAheadBytes/2) &^ (page - 1) // at least half a window is always ahead
-		if got, want := residentPages(t, s.buf[from:win]), (win-from)/page; got != want {
-			t.Fatalf("%s: %d of the %d pages past the synced end %d are resident, want all", step, got, want, end)
+		win := (end + aheadBytes/2) &^ (page - 1) // at least half a window is always ahead
+		want := (win - from) / page
+		var resident int
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if resident = residentPages(t, s.buf[from:win]); resident == want || time.Now().After(deadline) {
+				break
+			}
 		}
-		beyond := (end + populateAheadBytes + page) &^ (page - 1)
-		if got := residentPages(t, s.buf[beyond:beyond+populateAheadBytes]); got != 0 {
-			t.Fatalf("%s: %d pages resident more than %d bytes past the synced end %d", step, got, populateAheadBytes, end)
-		}
-		if !populateOK.Load() {
+		if !aheadOK.Load() {
 			t.Skip("MADV_POPULATE_WRITE refused by this kernel")
+		}
+		if resident != want {
+			t.Fatalf("%s: %d of the %d pages past the synced end %d are resident, want all", step, resident, want, end)
+		}
+		beyond := (end + aheadBytes + page) &^ (page - 1)
+		if got := residentPages(t, s.buf[beyond:beyond+aheadBytes]); got != 0 {
+			t.Fatalf("%s: %d pages resident more than %d bytes past the synced end %d", step, got, aheadBytes, end)
 		}
 	}
 	n := 0
@@ -141,6 +149,6 @@ func TestFlusherPopulatesAhead(t *testing.T) {
 	}
 	appendBytes(1)
 	check("after the first commit")
-	appendBytes(3 * populateAheadBytes)
+	appendBytes(3 * aheadBytes)
 	check("three windows later")
 }

@@ -222,9 +222,11 @@ func TestRecoverLeftoversOfInterruptedRollover(t *testing.T) {
 	if rep.LastLSN != 30 || rep.Segments != len(segs) || rep.TruncatedAt != zero+":0" || rep.TruncatedBytes != 0 {
 		t.Fatalf("report %+v", rep)
 	}
-	m, _ := filepath.Glob(filepath.Join(dir, "*.tmp"))
-	if len(m) != 0 {
-		t.Fatalf("leftovers %v", m)
+	// The leftover spare is gone. (The journal's own next spare, which it starts
+	// preparing once open, may be there by now under another name.)
+	if _, err := os.Stat(filepath.Join(dir, "spare-0000000000000001.tmp")); !os.IsNotExist(err) {
+		m, _ := filepath.Glob(filepath.Join(dir, "*.tmp"))
+		t.Fatalf("leftover spare kept: %v", m)
 	}
 	if _, err := os.Stat(filepath.Join(dir, zero)); !os.IsNotExist(err) {
 		t.Fatal("header-less segment kept")

@@ -46,8 +46,8 @@ type segment struct {
 	needDirSync bool // the file's name is not yet durable in the directory
 	inDirty     bool // listed in Journal.dirty
 
-	unmappedTo  int // flusher-owned: bytes [0, unmappedTo) were dropped from the page tables
-	populatedTo int // flusher-owned: bytes [0, populatedTo) were faulted in writable ahead of the writer
+	unmappedTo int // flusher-owned: bytes [0, unmappedTo) were dropped from the page tables
+	aheadTo    int // aheadLoop-owned: bytes [0, aheadTo) were faulted in writable ahead of the writer
 }
 
 // unmapChunkBytes is how much durable data accumulates before the flusher drops it
@@ -74,42 +74,52 @@ func (s *segment) dropDurable(to int) {
 
 // Faulting in ahead of the writer. The first write to each page of a new
 // segment's mapping is a page fault, taken by whoever appends — the shard's
-// goroutine — and on ext4 over a fallocated (unwritten) extent it is a costly one:
-// in the create scenario `persistence.putFrame`, the first bytes of a record,
+// goroutine — and over a fallocated (unwritten) extent on ext4 it is a costly
+// one: in the create scenario `persistence.putFrame`, the first bytes of a record,
 // was 8 % of the process's CPU (0.27 s of 3.22 s for 200,000 creates), about
-// 25 µs a page. MADV_POPULATE_WRITE (Linux 5.14) does the same faults in one call,
-// about 2 µs a page here (a 64 MiB segment in 30–40 ms), without changing what
-// the pages hold (zeros: the end of the records). So the flusher, after each
-// group commit, keeps populateAheadBytes faulted in ahead of the end it synced, in
-// steps of half of it. Only a window: a whole populated segment would be 64 MiB of
-// resident pages per segment before a record is in it.
-const populateAheadBytes = 1 << 20
+// 25 µs a page. MADV_POPULATE_WRITE (Linux 5.14) takes the same faults in one
+// call, about 2 µs a page here (a 64 MiB segment in 30–40 ms), without changing
+// what the pages hold (zeros: the end of the records). So a goroutine of the
+// journal (aheadLoop), told by the flusher after each group commit where its sync
+// ended, keeps aheadBytes past that end faulted in, in steps of half of it, off
+// the flusher's and the appenders' way. Only a window: a whole populated segment
+// would be 64 MiB of resident pages per segment before a record is in it.
+//
+// Tried and left out: also writing the window back (sync_file_range) so that its
+// blocks are converted from unwritten to written before the records come, which
+// spares each msync ext4's conversion and the inode write it brings (18 % of
+// msync's kernel samples in perf). An 8 KiB msync loop alone got faster (4,000 →
+// 5,300 msyncs/s, 102 → 80 µs of CPU each), but BenchmarkAhead got slower (2.7–2.9
+// against 2.1–2.3 µs of CPU a record, p99 4.3–5.0 against 2.4–3.6 ms), the
+// window's blocks being written twice, first as zeros, on the same disk queue as
+// the commits.
+const aheadBytes = 1 << 20
 
-// populateOK is cleared once the kernel refuses MADV_POPULATE_WRITE (before 5.14:
-// EINVAL), so a flusher does not ask again. Advice only: without it the writer
-// takes the faults itself, as before.
-var populateOK atomic.Bool
+// aheadOK is cleared once the kernel refuses MADV_POPULATE_WRITE (before 5.14:
+// EINVAL), so it is not asked again. Advice only: without it the appender takes
+// the faults itself, as before.
+var aheadOK atomic.Bool
 
-func init() { populateOK.Store(true) }
+func init() { aheadOK.Store(true) }
 
-// populateAhead faults in, writable, the pages of up to populateAheadBytes past
-// to, the end of what the flusher just synced, when less than half of that is
-// faulted in already. Only the flusher calls it, while the segment is listed
-// dirty (so Compact does not unmap it meanwhile).
+// populateAhead faults in, writable, the pages of up to aheadBytes past to, the
+// end of what a group commit synced, when less than half of that is faulted in
+// already. Only aheadLoop calls it, holding Journal.rw for reading, so the
+// segment is not unmapped meanwhile.
 func (s *segment) populateAhead(to int) {
-	if s.mm == nil || !populateOK.Load() {
+	if s.mm == nil || !aheadOK.Load() {
 		return
 	}
-	start := max(s.populatedTo, to)
-	if start-to >= populateAheadBytes/2 || start >= len(s.buf) {
+	start := max(s.aheadTo, to)
+	if start-to >= aheadBytes/2 || start >= len(s.buf) {
 		return
 	}
-	end := min(to+populateAheadBytes, len(s.buf))
+	end := min(to+aheadBytes, len(s.buf))
 	switch err := unix.Madvise(s.buf[start&^(pageSizeBytes-1):end], unix.MADV_POPULATE_WRITE); {
 	case err == nil:
-		s.populatedTo = end
+		s.aheadTo = end
 	case errors.Is(err, unix.EINVAL):
-		populateOK.Store(false)
+		aheadOK.Store(false)
 	}
 }
 

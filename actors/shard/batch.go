@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"time"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
@@ -52,7 +54,24 @@ func (o *outbox) add(to *messages.Ref, m proto.Message) {
 
 func (o *outbox) flush(ctx actor.Context) {
 	if len(o.dests) > 0 {
+		o.stamp(time.Now().UnixMilli())
 		o.each(func(to *messages.Ref, m proto.Message) { ctx.Send(actor.NewPID(to.Address, to.Id), m) })
+	}
+}
+
+// stamp sets the DispatchedMs of every dispatch about to go to nowMs, so that a
+// worker's Run tells when the shard actually sent it. The core fills in its clock
+// when it decides to dispatch, and an armed run's journaled DispatchedMs is its due
+// (armed.go), written ahead of it: sent by a shard that was late to its tick, the
+// dispatch still said "sent at the due", and the lateness of the shard's step was
+// counted as transport (kjob bench's fire breakdown).
+func (o *outbox) stamp(nowMs int64) {
+	for i := range o.dests {
+		for _, m := range o.dests[i].msgs {
+			if d, ok := m.(*messages.Dispatch); ok {
+				d.DispatchedMs = nowMs
+			}
+		}
 	}
 }
 

@@ -91,3 +91,33 @@ func TestOutboxReusesItsSlices(t *testing.T) {
 		t.Fatalf("%v allocations a step, want 0", n)
 	}
 }
+
+// Dispatches go out saying when they were sent, not when the core decided them: an
+// armed run's DispatchedMs is its due until then. Acks are left as they are.
+func TestOutboxStampsDispatchesWhenSent(t *testing.T) {
+	w1 := &messages.Ref{Address: "a:1", Id: "w1"}
+	w2 := &messages.Ref{Address: "a:1", Id: "w2"}
+	var o outbox
+	armed := &messages.Dispatch{RunId: "armed", DueMs: 1000, DispatchedMs: 1000}
+	now := &messages.Dispatch{RunId: "now", DueMs: 990, DispatchedMs: 995}
+	ack := &messages.ResultAck{RunId: "a"}
+	o.add(w1, armed)
+	o.add(w1, ack)
+	o.add(w2, now)
+	o.stamp(1007)
+	if armed.DispatchedMs != 1007 || now.DispatchedMs != 1007 {
+		t.Fatalf("dispatched at %d and %d, want both 1007", armed.DispatchedMs, now.DispatchedMs)
+	}
+	if armed.DueMs != 1000 || now.DueMs != 990 || ack.RunId != "a" {
+		t.Fatal("stamp changed more than DispatchedMs")
+	}
+	var sent []int64
+	o.each(func(_ *messages.Ref, m proto.Message) {
+		if d, ok := m.(*messages.Dispatch); ok {
+			sent = append(sent, d.DispatchedMs)
+		}
+	})
+	if len(sent) != 2 || sent[0] != 1007 || sent[1] != 1007 {
+		t.Fatalf("sent dispatches stamped %v, want [1007 1007]", sent)
+	}
+}

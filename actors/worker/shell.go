@@ -27,9 +27,11 @@ type Run struct {
 	Traceparent string
 	StartMs     int64
 	// DispatchedMs is when the owning shard sent this attempt, on its clock (the
-	// Dispatch's dispatched_ms; a dispatch a full worker refused and the shard sent
-	// again carries the resend's time): DispatchedMs - DueMs is how late the shard sent
-	// it, StartMs - DispatchedMs the journal commit, transport and worker queue after.
+	// Dispatch's dispatched_ms, set as it leaves the shard, after its journal record
+	// is durable; a dispatch a full worker refused and the shard sent again carries
+	// the resend's time): DispatchedMs - DueMs is how late the shard sent it (its
+	// journal commit, or the shard's step when the run was armed ahead), StartMs -
+	// DispatchedMs the transport and the worker's queue after.
 	DispatchedMs int64
 }
 

@@ -140,10 +140,11 @@ type BenchFire struct {
 	Early         int       `json:"early"`
 	Retried       int       `json:"retried"` // the first handler start was a later attempt (the first was refused or lost)
 	Lateness      BenchDist `json:"lateness"`
-	// Lateness split where the shard sent the attempt that ran (its dispatched_ms, whole
-	// ms): due to the shard's dispatch (the timer, the shard's mailbox, and any resends
-	// of a dispatch a full worker refused), and dispatch to handler start (the journal
-	// commit the dispatch waits for, transport, the worker's queue).
+	// Lateness split where the shard sent the attempt that ran (its dispatched_ms,
+	// stamped as the dispatch leaves the shard, whole ms): due to the shard's send (the
+	// timer, the shard's mailbox and step, the journal commit when the run was not
+	// armed ahead, any resends of a dispatch a full worker refused), and send to
+	// handler start (transport, the worker's queue).
 	ShardLateness    BenchDist `json:"shard_lateness"`
 	DeliveryLateness BenchDist `json:"dispatch_to_start"`
 	FiresPerSec      float64   `json:"fires_per_sec"`
@@ -1145,8 +1146,8 @@ func printBench(w io.Writer, r *BenchReport) {
 	if f := r.Fire; f != nil {
 		s := fmt.Sprintf("fire (N=%d at %s/s)", f.N, benchNum(f.OfferedPerSec))
 		row(s, "lateness p50 / p99 / p999 / max", fmt.Sprintf("%.2f / %.2f / %.2f / %.2f ms", f.Lateness.P50Ms, f.Lateness.P99Ms, f.Lateness.P999Ms, f.Lateness.MaxMs))
-		row(s, "  of which due -> shard's fire step p50 / p99 / max", fmt.Sprintf("%.0f / %.0f / %.0f ms (whole ms)", f.ShardLateness.P50Ms, f.ShardLateness.P99Ms, f.ShardLateness.MaxMs))
-		row(s, "  and fire step -> handler start p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f ms", f.DeliveryLateness.P50Ms, f.DeliveryLateness.P99Ms, f.DeliveryLateness.MaxMs))
+		row(s, "  of which due -> shard's send p50 / p99 / max", fmt.Sprintf("%.0f / %.0f / %.0f ms (whole ms)", f.ShardLateness.P50Ms, f.ShardLateness.P99Ms, f.ShardLateness.MaxMs))
+		row(s, "  and shard's send -> handler start p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f ms", f.DeliveryLateness.P50Ms, f.DeliveryLateness.P99Ms, f.DeliveryLateness.MaxMs))
 		row(s, "fires/s sustained (peak 1 s)", fmt.Sprintf("%s (%s)", benchNum(f.FiresPerSec), benchNum(f.FiresPerSecMax)))
 		row(s, "fired / missing / duplicate / early / retried", fmt.Sprintf("%d / %d / %d / %d / %d", f.Fired, f.Missing, f.Duplicates, f.Early, f.Retried))
 		row(s, "created after due (of N)", strconv.Itoa(f.CreatedLate))

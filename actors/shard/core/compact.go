@@ -2,6 +2,7 @@ package core
 
 import (
 	"sync"
+	"unsafe"
 
 	"github.com/kjob/kjob/messages"
 	"github.com/kjob/kjob/wheel"
@@ -100,6 +101,7 @@ func (s *coldStore) mut(ref uint32) *coldJob {
 	ch := &s.chunks[ref>>12]
 	if ch.shared {
 		cp := new(coldChunkData)
+		prefault(unsafe.Pointer(cp), unsafe.Sizeof(*cp))
 		*cp = *ch.slots
 		ch.slots, ch.shared = cp, false
 	}
@@ -155,7 +157,11 @@ func (s *coldStore) chunkWithRoom() int32 {
 		ci = int32(len(s.chunks))
 		s.chunks = append(s.chunks, coldChunkT{})
 	}
-	s.chunks[ci] = coldChunkT{slots: new(coldChunkData)}
+	slots := new(coldChunkData)
+	if len(s.chunks) > 1 { // a store past its first chunk (prefault.go)
+		prefault(unsafe.Pointer(slots), unsafe.Sizeof(*slots))
+	}
+	s.chunks[ci] = coldChunkT{slots: slots}
 	s.avail = append(s.avail, ci)
 	return ci
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -38,6 +39,8 @@ import (
 const (
 	packedChunkMin = 4 << 10 // the first chunk of a shard; each next one doubles
 	packedChunkMax = 1 << 20
+
+	packedPrefaultMin = 64 << 10 // chunks this large are prefaulted (prefault.go): the store has 60 KiB already
 )
 
 // packBatch is how many candidates recovery queues before it packs them (a
@@ -77,6 +80,9 @@ func (s *packedStore) put(id int64, blob []byte, ref packedRef) {
 		size := max(s.next, len(blob))
 		s.next = min(2*s.next, packedChunkMax)
 		ch := packedChunk{buf: make([]byte, 0, size)}
+		if size >= packedPrefaultMin {
+			prefault(unsafe.Pointer(unsafe.SliceData(ch.buf)), uintptr(size))
+		}
 		if n := len(s.holes); n > 0 {
 			s.cur = int32(s.holes[n-1])
 			s.holes = s.holes[:n-1]

@@ -94,6 +94,7 @@ type benchOpts struct {
 type BenchReport struct {
 	Date      string            `json:"date"`
 	Cores     int               `json:"cores"`
+	Procs     int               `json:"gomaxprocs"` // Ps the run had (main's procs: cores + 1 unless GOMAXPROCS is set)
 	GoVersion string            `json:"go_version"`
 	Mode      string            `json:"mode"` // embedded or servers
 	Sync      string            `json:"sync"`
@@ -360,7 +361,7 @@ func (h benchLogHandler) WithGroup(name string) slog.Handler {
 }
 
 func runBench(ctx context.Context, o benchOpts) (*BenchReport, error) {
-	rep := &BenchReport{Date: time.Now().UTC().Format(time.RFC3339), Cores: runtime.NumCPU(),
+	rep := &BenchReport{Date: time.Now().UTC().Format(time.RFC3339), Cores: runtime.NumCPU(), Procs: runtime.GOMAXPROCS(0),
 		GoVersion: runtime.Version(), Mode: "embedded", Sync: o.sync.String()}
 	if o.servers != nil {
 		rep.Mode, rep.Sync = "servers", "(the cluster's)"
@@ -1128,7 +1129,7 @@ func printBench(w io.Writer, r *BenchReport) {
 	if r.Mode == "servers" {
 		where = "against --servers"
 	}
-	fmt.Fprintf(w, "kjob bench  %s  %d cores  %s  %s\n\n", r.Date, r.Cores, r.GoVersion, where)
+	fmt.Fprintf(w, "kjob bench  %s  %d cores (GOMAXPROCS %d)  %s  %s\n\n", r.Date, r.Cores, r.Procs, r.GoVersion, where)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tmetric\tvalue\t")
 	row := func(s, m, v string) { fmt.Fprintf(tw, "%s\t%s\t%s\t\n", s, m, v) }

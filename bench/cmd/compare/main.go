@@ -325,6 +325,7 @@ func runAsynq(ctx context.Context, c config, r *results) error {
 type kjobReport struct {
 	Date    string     `json:"date"`
 	Cores   int        `json:"cores"`
+	Procs   int        `json:"gomaxprocs"`
 	Sync    string     `json:"sync"`
 	Create  *createRun `json:"create"`
 	Fire    *fireRun   `json:"fire"`
@@ -548,9 +549,9 @@ func markdown(c config, r *results) string {
 	w("- **N:** create %s jobs with %d in flight%s; fire %s one-shot jobs due evenly at %s/s (a %.0f s window); recover %s pending jobs; memory %s pending jobs; params %d bytes\n",
 		fmtNum(float64(c.createN)), c.concurrency, again, fmtNum(float64(c.fireN)), fmtNum(float64(c.fireRate)), float64(c.fireN)/float64(c.fireRate),
 		fmtNum(float64(c.recoverN)), fmtNum(float64(c.memoryN)), c.paramsBytes)
-	w("- **kjob:** one embedded node, sync policy `%s` (an ack means the journal is msynced), client and worker (default pool: 64 handlers) in the `kjob bench` process\n", k.Sync)
-	w("- **Asynq:** v0.25.1 on Redis %s on loopback, client (a Redis pool of %d connections, one per request in flight) and server (default concurrency: %d, one per core) in the compare process; Redis as shipped: %s; durable: %s\n\n",
-		r.redisVersion, c.concurrency, runtime.NumCPU(), r.redisShipped, r.redisAlways)
+	w("- **kjob:** one embedded node, sync policy `%s` (an ack means the journal is msynced), client and worker (default pool: 64 handlers) in the `kjob bench` process, GOMAXPROCS %d (the binary's default: one more than the cores)\n", k.Sync, k.Procs)
+	w("- **Asynq:** v0.25.1 on Redis %s on loopback, client (a Redis pool of %d connections, one per request in flight) and server (default concurrency: %d, one per core) in the compare process (GOMAXPROCS %d, Go's default); Redis as shipped: %s; durable: %s\n\n",
+		r.redisVersion, c.concurrency, runtime.NumCPU(), runtime.GOMAXPROCS(0), r.redisShipped, r.redisAlways)
 
 	w("### kjob vs Asynq\n\n")
 	w("The last column is the factor in kjob's favour (below 1× Asynq is better).\n\n")

@@ -285,14 +285,14 @@ func BenchmarkRecovery(b *testing.B) {
 // (segment.prepareAhead) and without, alternating, with the process's CPU (user +
 // system, getrusage) a record beside the rate: what it saves is system time.
 func BenchmarkAhead(b *testing.B) {
-	defer aheadOK.Store(aheadOK.Load())
-	if !aheadOK.Load() {
+	defer populateOK.Store(populateOK.Load())
+	if !populateOK.Load() {
 		b.Skip("MADV_POPULATE_WRITE refused by this kernel")
 	}
 	for round := range 2 {
 		for _, on := range []bool{false, true} {
 			b.Run(fmt.Sprintf("ahead=%v/%d", on, round), func(b *testing.B) {
-				aheadOK.Store(on)
+				populateOK.Store(on)
 				j := benchJournal(b, backendMmap)
 				n := max(b.N, 1000)
 				var r0, r1 unix.Rusage

@@ -101,7 +101,7 @@ func residentPages(t *testing.T, b []byte) int {
 // never read), so the appender does not take those faults; and only a window of
 // aheadBytes is, not the segment: it moves with the writer.
 func TestJournalPopulatesAhead(t *testing.T) {
-	if !aheadOK.Load() {
+	if !populateOK.Load() {
 		t.Skip("MADV_POPULATE_WRITE refused by this kernel")
 	}
 	j := openT(t, Options{Dir: t.TempDir(), SegmentSizeBytes: 16 << 20})
@@ -122,7 +122,7 @@ func TestJournalPopulatesAhead(t *testing.T) {
 				break
 			}
 		}
-		if !aheadOK.Load() {
+		if !populateOK.Load() {
 			t.Skip("MADV_POPULATE_WRITE refused by this kernel")
 		}
 		if resident != want {

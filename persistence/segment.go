@@ -95,19 +95,35 @@ func (s *segment) dropDurable(to int) {
 // the commits.
 const aheadBytes = 1 << 20
 
-// aheadOK is cleared once the kernel refuses MADV_POPULATE_WRITE (before 5.14:
-// EINVAL), so it is not asked again. Advice only: without it the appender takes
-// the faults itself, as before.
-var aheadOK atomic.Bool
+// populateOK is cleared once the kernel refuses MADV_POPULATE_WRITE (before 5.14:
+// EINVAL), so it is not asked again. Advice only: without it the writer takes the
+// faults itself, as before.
+var populateOK atomic.Bool
 
-func init() { aheadOK.Store(true) }
+func init() { populateOK.Store(true) }
+
+// PopulateWrite faults in, writable, the pages of b (whose start is page-aligned)
+// in one call (MADV_POPULATE_WRITE, Linux 5.14): the faults the first writes into
+// fresh memory would take one page at a time, dear where a hypervisor shadows the
+// page tables. The contents are untouched. It reports whether the kernel did it;
+// once the kernel refuses it (EINVAL) it is not asked again.
+func PopulateWrite(b []byte) bool {
+	if len(b) == 0 || !populateOK.Load() {
+		return false
+	}
+	err := unix.Madvise(b, unix.MADV_POPULATE_WRITE)
+	if errors.Is(err, unix.EINVAL) {
+		populateOK.Store(false)
+	}
+	return err == nil
+}
 
 // populateAhead faults in, writable, the pages of up to aheadBytes past to, the
 // end of what a group commit synced, when less than half of that is faulted in
 // already. Only aheadLoop calls it, holding Journal.rw for reading, so the
 // segment is not unmapped meanwhile.
 func (s *segment) populateAhead(to int) {
-	if s.mm == nil || !aheadOK.Load() {
+	if s.mm == nil {
 		return
 	}
 	start := max(s.aheadTo, to)
@@ -115,11 +131,8 @@ func (s *segment) populateAhead(to int) {
 		return
 	}
 	end := min(to+aheadBytes, len(s.buf))
-	switch err := unix.Madvise(s.buf[start&^(pageSizeBytes-1):end], unix.MADV_POPULATE_WRITE); {
-	case err == nil:
+	if PopulateWrite(s.buf[start&^(pageSizeBytes-1) : end]) {
 		s.aheadTo = end
-	case errors.Is(err, unix.EINVAL):
-		aheadOK.Store(false)
 	}
 }
 

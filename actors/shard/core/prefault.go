@@ -1,12 +1,10 @@
 package core
 
 import (
-	"errors"
 	"os"
-	"sync/atomic"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/kjob/kjob/persistence"
 )
 
 // Prefaulting the shard's big stores.
@@ -16,39 +14,27 @@ import (
 // written. On a VM whose page tables the hypervisor shadows, such a fault is dear:
 // 12–15 µs a 4 KiB page on the AMD EPYC kjob bench ran on (2026-12-05), where it
 // was 20 % of a 1,000,000-job recovery's CPU — the one store of each replayed job
-// into its chunk — against 0.3 µs on bare metal. MADV_POPULATE_WRITE (Linux 5.14)
-// maps a range's pages in one call, about half the cost a page there: the same
-// memory, only taken in one go. The contents are untouched (fresh pages are zero, a
-// page already present stays as it is).
+// into its chunk — against 0.3 µs on bare metal. MADV_POPULATE_WRITE (Linux 5.14;
+// persistence.PopulateWrite, which the journal uses for the pages ahead of its
+// writer) maps a range's pages in one call, about half the cost a page there: the
+// same memory, only taken in one go. The contents are untouched (fresh pages are
+// zero, a page already present stays as it is).
 //
 // Only chunks of a store that is already large get it: a small shard's first
 // chunk is mostly empty, and faulting it all in would make every small app pay
 // 288 KiB of resident memory for a few jobs.
 
-// prefaultOK is cleared once the kernel refuses MADV_POPULATE_WRITE (EINVAL:
-// before Linux 5.14), so it is not asked again.
-var prefaultOK atomic.Bool
-
-func init() { prefaultOK.Store(true) }
-
 var pageBytes = uintptr(os.Getpagesize())
 
 // prefault maps in the whole pages of the n bytes at p (a pointer-free allocation
-// the caller holds) in one system call. Errors are ignored: it only saves faults.
-func prefault(p unsafe.Pointer, n uintptr) {
-	if !prefaultOK.Load() {
-		return
-	}
+// the caller holds) in one system call (persistence.PopulateWrite), and reports
+// whether it did. It only saves faults: a kernel that refuses leaves them to the
+// first writes.
+func prefault(p unsafe.Pointer, n uintptr) bool {
 	off := (pageBytes - uintptr(p)%pageBytes) % pageBytes
 	if n <= off {
-		return
+		return false
 	}
 	size := (n - off) &^ (pageBytes - 1)
-	if size == 0 {
-		return
-	}
-	err := unix.Madvise(unsafe.Slice((*byte)(unsafe.Add(p, off)), size), unix.MADV_POPULATE_WRITE)
-	if errors.Is(err, unix.EINVAL) {
-		prefaultOK.Store(false)
-	}
+	return persistence.PopulateWrite(unsafe.Slice((*byte)(unsafe.Add(p, off)), size))
 }

@@ -790,7 +790,14 @@ func (c *Core) setDue(j *job, dueMs int64) {
 }
 
 // armExpiry keeps a DONE job's expiry in the expire wheel (and only a DONE job's):
-// DoneRetentionMs after the latest of its last update, due and finish.
+// DoneRetentionMs after the latest of its last update, due and finish (expiryAt).
+//
+// An expiry that is already armed at or before that time stays: when it comes, Tick
+// looks again and arms the job for its exact time. A one-shot becomes DONE as it
+// fires and its result moves its expiry by the run's length; moving it then meant a
+// tombstone and a second element in the expire wheel's hour-ahead bucket for every
+// fire, a bucket of hundreds of thousands of elements whose growth stalled the
+// shard's goroutine for up to 4 ms at 20,000 fires/s (BENCHMARKS.md, 2026-12-06).
 func (c *Core) armExpiry(j *job) {
 	if j.j.State != messages.JobState_DONE {
 		if j.expiry != 0 {
@@ -799,11 +806,22 @@ func (c *Core) armExpiry(j *job) {
 		}
 		return
 	}
-	at := max(j.j.UpdatedMs, j.j.LastDueMs, j.j.LastFinishMs) + c.cfg.DoneRetentionMs
-	if j.expiry != 0 && c.expire.Reschedule(j.expiry, at) {
-		return
+	at := c.expiryAt(j)
+	if j.expiry != 0 {
+		if due, _, ok := c.expire.Get(j.expiry); ok && due <= at {
+			return
+		}
+		if c.expire.Reschedule(j.expiry, at) {
+			return
+		}
 	}
 	j.expiry = c.expire.Add(at, uint64(j.j.Id))
+}
+
+// expiryAt is when DONE job j is deleted: DoneRetentionMs after the latest of its
+// last update, due and finish.
+func (c *Core) expiryAt(j *job) int64 {
+	return max(j.j.UpdatedMs, j.j.LastDueMs, j.j.LastFinishMs) + c.cfg.DoneRetentionMs
 }
 
 // maxInterned bounds the handler names a shard keeps one copy of (and can name
@@ -1043,6 +1061,9 @@ func (c *Core) Tick(nowMs int64, env Env) {
 		case c.runsOf[id] > 0: // a run or retry still going: not yet
 			j.expiry = c.expire.Add(nowMs+expiryRecheckMs, uint64(id))
 			c.queuePack(id) // packed again once nothing goes on
+		case c.expiryAt(j) > nowMs: // armed before its finish moved it (armExpiry)
+			j.expiry = c.expire.Add(c.expiryAt(j), uint64(id))
+			c.queuePack(id)
 		default:
 			c.emit(messages.RecordType_JOB_DELETED, &messages.JobRef{Id: id, AtMs: nowMs})
 		}

@@ -52,7 +52,7 @@ type deferredReq struct{ id, jobID, atMs int64 }
 const deferBlock = 4096
 
 // deferLog is the log of the adds made while deferring: the last
-// 2×MaxRequestWindow of them, and fewer than deferBlock more. It is kept in fixed
+// 2×MaxRequestWindow of them, and fewer than 2×deferBlock more. It is kept in fixed
 // blocks, the oldest block reused for the newest once the log is full, so that a
 // long replay writes its 4.8 MiB once, its blocks after the first prefaulted: a
 // slice grown by append and cut by copying touched several times that in fresh

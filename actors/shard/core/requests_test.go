@@ -156,8 +156,11 @@ func TestRequestWindowDeferredMatches(t *testing.T) {
 		}
 		exact.add(id, i, at)
 		deferred.add(id, i, at)
+		if n := deferred.deferred.n; n != int(min(i, 2*MaxRequestWindow)) && (n < 2*MaxRequestWindow || n >= 2*MaxRequestWindow+2*deferBlock) {
+			t.Fatalf("after %d adds the log holds %d", i, n)
+		}
 	}
-	if n := deferred.deferred.n; len(deferred.seen) != 0 || n < 2*MaxRequestWindow || n >= 2*MaxRequestWindow+deferBlock {
+	if n := deferred.deferred.n; len(deferred.seen) != 0 || n < 2*MaxRequestWindow || n >= 2*MaxRequestWindow+2*deferBlock {
 		t.Fatalf("deferring: %d entered, %d logged", len(deferred.seen), n)
 	}
 	held := 0

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -113,6 +114,77 @@ func TestRequestWindowBounded(t *testing.T) {
 	}
 }
 
+// TestRequestWindowMatchesModel checks the window against a plain model (first
+// entry kept, the oldest let out past the size or the age) over adds and lookups
+// mixed the ways the shard mixes them: a lookup that misses and then the add of its
+// own id (which skips the add's lookup), several adds of one id (a purge's records),
+// a miss followed by another id's add, and ids coming back after they left.
+func TestRequestWindowMatchesModel(t *testing.T) {
+	type entry struct{ jobID, atMs int64 }
+	model := map[int64]entry{}
+	var order []int64
+	modelAdd := func(id, jobID, at int64) {
+		if _, ok := model[id]; ok || id == 0 {
+			return
+		}
+		model[id] = entry{jobID, at}
+		order = append(order, id)
+		for len(order) > 0 && (len(model) > MaxRequestWindow || model[order[0]].atMs < at-RequestWindowMs) {
+			delete(model, order[0])
+			order = order[1:]
+		}
+	}
+	var w reqWindow
+	rng := rand.New(rand.NewPCG(1, 2))
+	at, next := int64(1_000), int64(1)
+	for i := range 3 * MaxRequestWindow {
+		at += int64(rng.IntN(3))
+		if i == MaxRequestWindow/2 || i == 2*MaxRequestWindow {
+			at += RequestWindowMs / 2 // the oldest half leaves by age later
+		}
+		var id int64
+		switch r := rng.IntN(10); {
+		case r < 6: // a new id
+			id, next = next, next+1
+		case r < 8: // a recent one, maybe still in the window
+			id = max(1, next-1-int64(rng.IntN(50)))
+		default: // an old one, likely out of it
+			id = max(1, next-int64(rng.IntN(int(next))))
+		}
+		got, gotOK := w.has(id)
+		want, wantOK := model[id]
+		if gotOK != wantOK || (gotOK && (got.jobID != want.jobID || got.atMs != want.atMs)) {
+			t.Fatalf("step %d: has(%d) = %v %v, model %v %v", i, id, got, gotOK, want, wantOK)
+		}
+		switch r := rng.IntN(10); {
+		case r < 7: // the command's own record(s)
+			for range 1 + rng.IntN(2) {
+				w.add(id, int64(i), at)
+				modelAdd(id, int64(i), at)
+			}
+		case r < 9: // another id's record before it (or none)
+			other := max(1, next-int64(rng.IntN(10)))
+			w.add(other, int64(i), at)
+			modelAdd(other, int64(i), at)
+			w.add(id, int64(i), at)
+			modelAdd(id, int64(i), at)
+		default: // the command was refused: nothing added
+		}
+		if len(w.seen) != len(model) {
+			t.Fatalf("step %d: window holds %d, model %d", i, len(w.seen), len(model))
+		}
+	}
+	es := w.entries()
+	if len(es) != len(order) || len(es) == 0 {
+		t.Fatalf("%d entries, model %d", len(es), len(order))
+	}
+	for i, e := range es {
+		if m := model[order[i]]; e.RequestId != order[i] || e.JobId != m.jobID || e.AtMs != m.atMs {
+			t.Fatalf("entry %d: %v, model %d %v", i, e, order[i], m)
+		}
+	}
+}
+
 // TestRunIDKeepsDue: a trigger in the same millisecond as a due fire gets its own run
 // id, and neither run's due moves (a moved due could be ahead of the clock).
 func TestRunIDKeepsDue(t *testing.T) {
@@ -208,4 +280,26 @@ func BenchmarkRequestWindowDeferred(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/adds, "ns/add")
+}
+
+// BenchmarkRequestWindowLive is what a live create costs the window once it is full:
+// a lookup that misses, then the add of the create's record, which lets the oldest out.
+func BenchmarkRequestWindowLive(b *testing.B) {
+	w := reqWindow{}
+	id := int64(1)
+	for ; id <= MaxRequestWindow; id++ {
+		w.add(id, id, 1_000+id)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if _, ok := w.has(id); ok {
+			b.Fatalf("id %d seen", id)
+		}
+		w.add(id, id, 1_000+id)
+		id++
+	}
+	b.StopTimer()
+	if len(w.seen) != MaxRequestWindow {
+		b.Fatalf("window holds %d", len(w.seen))
+	}
 }

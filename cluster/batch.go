@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/actors/kerr"
 	"github.com/kjob/kjob/messages"
@@ -31,6 +33,14 @@ import (
 // everything while the others carried one create each (half the batches were of
 // 1, a tenth of more than 170, at 256 creates in flight).
 //
+// A batch goes packed (messages.CreateJobsPacked: kjob's own encoding, which the
+// remote layer carries as one bytes field) once the shard has said, in a reply,
+// that it takes that form; the first batch to a shard goes plain, since a server
+// that predates the packed form cannot read it. Packing is the client's work, on
+// the batch's own goroutine, where the remote layer would marshal the plain batch
+// on its one endpoint goroutine per connection: in sixteen alternating create runs
+// at 256 in flight, 5 % more acks/s on average (BENCHMARKS.md, 2026-12-06).
+//
 // A batch is only the first try. A create whose batch was lost (timeout, the
 // shard's server gone) or refused as a whole (NOT_OWNER: the shard moved) is tried
 // again alone through Client.call, with its routing, back-off and refresh, under
@@ -55,6 +65,8 @@ type batchResult struct {
 type batcher struct {
 	c   *Client
 	pid *actor.PID
+
+	packs atomic.Bool // the shard takes CreateJobsPacked (its replies say so)
 
 	mu       sync.Mutex
 	queue    []*batchItem
@@ -195,12 +207,24 @@ func (b *batcher) send(batch []*batchItem) {
 		req.Jobs[i] = it.m
 	}
 	var replies []*messages.JobReply
-	r, err := b.c.system.Root.RequestFuture(b.pid, req, requestTimeout).Result()
+	var msg proto.Message = req
+	if b.packs.Load() {
+		if p := messages.PackCreateJobs(req); p != nil {
+			msg = p
+			b.c.packed.Add(1)
+		}
+	}
+	r, err := b.c.system.Root.RequestFuture(b.pid, msg, requestTimeout).Result()
 	if err == nil {
 		if rep, ok := r.(*messages.CreateJobsReply); !ok {
 			err = fmt.Errorf("%w: %s: unexpected reply %T to a batch of %d", errTransport, b.pid.Address, r, len(batch))
+		} else if rep.Error != nil { // refused as a whole: none applied
+			b.packs.Store(false)
+			err = fmt.Errorf("%w: %s: a batch of %d refused: %v", errTransport, b.pid.Address, len(batch), kerr.FromWire(rep.Error))
 		} else if replies, err = rep.Expand(req.Jobs); err != nil {
 			err = fmt.Errorf("%w: %s: %v", errTransport, b.pid.Address, err)
+		} else if rep.TakesPacked {
+			b.packs.Store(true)
 		}
 	}
 	if err != nil {
@@ -224,6 +248,9 @@ func (b *batcher) send(batch []*batchItem) {
 func (c *Client) CreateBatches() (batches, creates int64) {
 	return c.batches.Load(), c.batched.Load()
 }
+
+// PackedBatches reports how many of the client's batches went packed.
+func (c *Client) PackedBatches() int64 { return c.packed.Load() }
 
 func appsOf(batch []*batchItem) map[string]bool {
 	apps := map[string]bool{}

@@ -1,8 +1,15 @@
 package cluster
 
 import (
+	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/messages"
 )
@@ -118,5 +125,86 @@ func checkBatcher(t *testing.T, b *batcher, out [][]*batchItem) {
 		t.Fatalf("%d requests in flight, at most %d", len(out), batchInFlight)
 	case len(out) == 0 && len(b.queue) > 0:
 		t.Fatalf("%d creates waiting with no request out", len(b.queue))
+	}
+}
+
+// A shard that says it takes packed batches gets the next ones packed; a packed
+// batch it refuses as a whole fails every create of it (Create then tries each
+// alone, plain) and turns packing off towards that shard.
+func TestBatchGoesPackedOnceTheShardSaysSo(t *testing.T) {
+	sys := actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(actorLogger(slog.New(slog.DiscardHandler), slog.LevelWarn))))
+	defer sys.Shutdown()
+	var mu sync.Mutex
+	var got []string
+	var refuse atomic.Bool
+	sent := func(form string) {
+		mu.Lock()
+		got = append(got, form)
+		mu.Unlock()
+	}
+	pid := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch m := ctx.Message().(type) {
+		case *messages.CreateJobs:
+			sent("plain")
+			replies := make([]*messages.JobReply, len(m.Jobs))
+			for i, x := range m.Jobs {
+				replies[i] = &messages.JobReply{Job: proto.Clone(x.Job).(*messages.Job)}
+			}
+			out := messages.Lean(m.Jobs, replies)
+			out.TakesPacked = true
+			ctx.Respond(out)
+		case *messages.CreateJobsPacked:
+			sent("packed")
+			if refuse.Load() {
+				ctx.Respond(&messages.CreateJobsReply{Error: &messages.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "data"}})
+				return
+			}
+			b, err := m.Unpack()
+			if err != nil {
+				t.Errorf("unpack: %v", err)
+				return
+			}
+			replies := make([]*messages.JobReply, len(b.Jobs))
+			for i, x := range b.Jobs {
+				replies[i] = &messages.JobReply{Job: proto.Clone(x.Job).(*messages.Job)}
+			}
+			ctx.Respond(messages.Lean(b.Jobs, replies))
+		}
+	}))
+	c := &Client{system: sys, routes: map[string][]*messages.RouteEntry{}}
+	b := &batcher{c: c, pid: pid}
+	batch := func() []*batchItem {
+		var out []*batchItem
+		for i := range 3 {
+			out = append(out, &batchItem{m: &messages.CreateJob{RequestId: int64(i + 1), Job: &messages.Job{Id: int64(i + 1), App: "a", Handler: "h",
+				Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 5}}}, done: make(chan batchResult, 1)})
+		}
+		return out
+	}
+	check := func(items []*batchItem, fail bool) {
+		t.Helper()
+		for i, it := range items {
+			r := <-it.done
+			if fail != (r.err != nil) || (!fail && r.reply.GetJob().GetId() != int64(i+1)) {
+				t.Fatalf("create %d: %v, %v (want failed: %v)", i, r.reply, r.err, fail)
+			}
+		}
+	}
+	for range 2 {
+		items := batch()
+		b.send(items)
+		check(items, false)
+	}
+	refuse.Store(true)
+	items := batch()
+	b.send(items)
+	check(items, true)
+	items = batch()
+	b.send(items)
+	check(items, false) // plain again, which the shard takes, saying again that it takes packed
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got) != "[plain packed packed plain]" || b.packs.Load() != true || c.PackedBatches() != 2 {
+		t.Fatalf("sent %v, packs %v, %d packed", got, b.packs.Load(), c.PackedBatches())
 	}
 }

@@ -56,6 +56,7 @@ type Client struct {
 	batchers map[batcherKey]*batcher           // by shard actor (batch.go)
 	batches  atomic.Int64                      // batches sent (batch.go)
 	batched  atomic.Int64                      // creates sent in them
+	packed   atomic.Int64                      // batches of them sent packed
 	next     int                               // server round robin
 	node     *snowflake.Node
 	nodeID   int64

@@ -152,6 +152,10 @@ func TestTenThousandOneShots(t *testing.T) {
 	// went in batches (cluster/batch.go), all but the first few before a route.
 	if b, k := e.client.CreateBatches(); k < n-100 || k < 2*b {
 		t.Errorf("%d of %d creates went in %d batches: want nearly all, two or more a batch on average", k, n, b)
+	} else if p := e.client.PackedBatches(); p == 0 || p >= b {
+		// The shard's first reply says it takes packed batches; the client sends
+		// the first plain.
+		t.Errorf("%d of %d batches went packed: want all but the first few", p, b)
 	}
 	waitFor(t, 30*time.Second, "10,000 runs", func() bool { return e.rec.n.Load() >= n })
 	time.Sleep(500 * time.Millisecond) // a duplicate would show up now

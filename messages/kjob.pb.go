@@ -1669,17 +1669,24 @@ func (x *CreateJobs) GetLeanReplies() bool {
 }
 
 type CreateJobsReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Replies       []*JobReply            `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`                           // without lean_replies: one per create, in order
-	FullAt        []int32                `protobuf:"varint,2,rep,packed,name=full_at,json=fullAt,proto3" json:"full_at,omitempty"`       // lean: the creates answered in replies, ascending
-	State         []JobState             `protobuf:"varint,3,rep,packed,name=state,proto3,enum=kjob.v1.JobState" json:"state,omitempty"` // lean: the stamps
-	Version       []int64                `protobuf:"varint,4,rep,packed,name=version,proto3" json:"version,omitempty"`
-	CreatedMs     []int64                `protobuf:"varint,5,rep,packed,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
-	UpdatedMs     []int64                `protobuf:"varint,6,rep,packed,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
-	NextDueMs     []int64                `protobuf:"varint,7,rep,packed,name=next_due_ms,json=nextDueMs,proto3" json:"next_due_ms,omitempty"`
-	Runs          []int64                `protobuf:"varint,8,rep,packed,name=runs,proto3" json:"runs,omitempty"`
-	LastDueMs     []int64                `protobuf:"varint,9,rep,packed,name=last_due_ms,json=lastDueMs,proto3" json:"last_due_ms,omitempty"`
-	LastFinishMs  []int64                `protobuf:"varint,10,rep,packed,name=last_finish_ms,json=lastFinishMs,proto3" json:"last_finish_ms,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Replies      []*JobReply            `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`                           // without lean_replies: one per create, in order
+	FullAt       []int32                `protobuf:"varint,2,rep,packed,name=full_at,json=fullAt,proto3" json:"full_at,omitempty"`       // lean: the creates answered in replies, ascending
+	State        []JobState             `protobuf:"varint,3,rep,packed,name=state,proto3,enum=kjob.v1.JobState" json:"state,omitempty"` // lean: the stamps
+	Version      []int64                `protobuf:"varint,4,rep,packed,name=version,proto3" json:"version,omitempty"`
+	CreatedMs    []int64                `protobuf:"varint,5,rep,packed,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
+	UpdatedMs    []int64                `protobuf:"varint,6,rep,packed,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	NextDueMs    []int64                `protobuf:"varint,7,rep,packed,name=next_due_ms,json=nextDueMs,proto3" json:"next_due_ms,omitempty"`
+	Runs         []int64                `protobuf:"varint,8,rep,packed,name=runs,proto3" json:"runs,omitempty"`
+	LastDueMs    []int64                `protobuf:"varint,9,rep,packed,name=last_due_ms,json=lastDueMs,proto3" json:"last_due_ms,omitempty"`
+	LastFinishMs []int64                `protobuf:"varint,10,rep,packed,name=last_finish_ms,json=lastFinishMs,proto3" json:"last_finish_ms,omitempty"`
+	// The shard takes CreateJobsPacked: a client sends its later batches to this
+	// shard packed (it sends the first plain, since a server that predates the packed
+	// form cannot read it).
+	TakesPacked bool `protobuf:"varint,11,opt,name=takes_packed,json=takesPacked,proto3" json:"takes_packed,omitempty"`
+	// The batch was refused as a whole, none of it applied (a packed batch that does
+	// not decode): the client tries each create again alone.
+	Error         *Error `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1784,6 +1791,72 @@ func (x *CreateJobsReply) GetLastFinishMs() []int64 {
 	return nil
 }
 
+func (x *CreateJobsReply) GetTakesPacked() bool {
+	if x != nil {
+		return x.TakesPacked
+	}
+	return false
+}
+
+func (x *CreateJobsReply) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// CreateJobsPacked is a CreateJobs in kjob's own encoding (messages.PackCreateJobs,
+// CreateJobsPacked.Unpack), which a shard reads as the CreateJobs it stands for.
+// proto.actor's remote layer marshals every message with protobuf on the one
+// endpoint goroutine of each connection, where a CreateJobs of 52 creates takes
+// about 15 µs to marshal and 20 µs and 320 allocations to unmarshal: packed, the
+// client encodes it on its own goroutine (6 µs), the remote layer copies one bytes
+// field, and the shard decodes it (12 µs) with the app and handler strings shared
+// and two allocations a create (BenchmarkCreateJobsWire; BENCHMARKS.md, 2026-12-06).
+type CreateJobsPacked struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateJobsPacked) Reset() {
+	*x = CreateJobsPacked{}
+	mi := &file_kjob_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateJobsPacked) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateJobsPacked) ProtoMessage() {}
+
+func (x *CreateJobsPacked) ProtoReflect() protoreflect.Message {
+	mi := &file_kjob_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateJobsPacked.ProtoReflect.Descriptor instead.
+func (*CreateJobsPacked) Descriptor() ([]byte, []int) {
+	return file_kjob_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CreateJobsPacked) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // Batches between a shard and a worker: what a shard releases in one step for one
 // worker goes as one message, and so do the results a worker has ready at once.
 // Each element is handled as if it came alone, in order.
@@ -1796,7 +1869,7 @@ type Dispatches struct {
 
 func (x *Dispatches) Reset() {
 	*x = Dispatches{}
-	mi := &file_kjob_proto_msgTypes[17]
+	mi := &file_kjob_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1881,7 @@ func (x *Dispatches) String() string {
 func (*Dispatches) ProtoMessage() {}
 
 func (x *Dispatches) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[17]
+	mi := &file_kjob_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1894,7 @@ func (x *Dispatches) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatches.ProtoReflect.Descriptor instead.
 func (*Dispatches) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{17}
+	return file_kjob_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Dispatches) GetDispatches() []*Dispatch {
@@ -1840,7 +1913,7 @@ type ResultAcks struct {
 
 func (x *ResultAcks) Reset() {
 	*x = ResultAcks{}
-	mi := &file_kjob_proto_msgTypes[18]
+	mi := &file_kjob_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +1925,7 @@ func (x *ResultAcks) String() string {
 func (*ResultAcks) ProtoMessage() {}
 
 func (x *ResultAcks) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[18]
+	mi := &file_kjob_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +1938,7 @@ func (x *ResultAcks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAcks.ProtoReflect.Descriptor instead.
 func (*ResultAcks) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{18}
+	return file_kjob_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResultAcks) GetAcks() []*ResultAck {
@@ -1884,7 +1957,7 @@ type RunResults struct {
 
 func (x *RunResults) Reset() {
 	*x = RunResults{}
-	mi := &file_kjob_proto_msgTypes[19]
+	mi := &file_kjob_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1969,7 @@ func (x *RunResults) String() string {
 func (*RunResults) ProtoMessage() {}
 
 func (x *RunResults) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[19]
+	mi := &file_kjob_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +1982,7 @@ func (x *RunResults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResults.ProtoReflect.Descriptor instead.
 func (*RunResults) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{19}
+	return file_kjob_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunResults) GetResults() []*RunResult {
@@ -1930,7 +2003,7 @@ type ListJobsReply struct {
 
 func (x *ListJobsReply) Reset() {
 	*x = ListJobsReply{}
-	mi := &file_kjob_proto_msgTypes[20]
+	mi := &file_kjob_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2015,7 @@ func (x *ListJobsReply) String() string {
 func (*ListJobsReply) ProtoMessage() {}
 
 func (x *ListJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[20]
+	mi := &file_kjob_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2028,7 @@ func (x *ListJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsReply.ProtoReflect.Descriptor instead.
 func (*ListJobsReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{20}
+	return file_kjob_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListJobsReply) GetError() *Error {
@@ -1989,7 +2062,7 @@ type RunsReply struct {
 
 func (x *RunsReply) Reset() {
 	*x = RunsReply{}
-	mi := &file_kjob_proto_msgTypes[21]
+	mi := &file_kjob_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2074,7 @@ func (x *RunsReply) String() string {
 func (*RunsReply) ProtoMessage() {}
 
 func (x *RunsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[21]
+	mi := &file_kjob_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2087,7 @@ func (x *RunsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunsReply.ProtoReflect.Descriptor instead.
 func (*RunsReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{21}
+	return file_kjob_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunsReply) GetError() *Error {
@@ -2052,7 +2125,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_kjob_proto_msgTypes[22]
+	mi := &file_kjob_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2137,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[22]
+	mi := &file_kjob_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2150,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{22}
+	return file_kjob_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -2189,7 +2262,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_kjob_proto_msgTypes[23]
+	mi := &file_kjob_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2274,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[23]
+	mi := &file_kjob_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2287,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{23}
+	return file_kjob_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeadLetter) GetRunId() string {
@@ -2298,7 +2371,7 @@ type ListDeadLetters struct {
 
 func (x *ListDeadLetters) Reset() {
 	*x = ListDeadLetters{}
-	mi := &file_kjob_proto_msgTypes[24]
+	mi := &file_kjob_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2383,7 @@ func (x *ListDeadLetters) String() string {
 func (*ListDeadLetters) ProtoMessage() {}
 
 func (x *ListDeadLetters) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[24]
+	mi := &file_kjob_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2396,7 @@ func (x *ListDeadLetters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLetters.ProtoReflect.Descriptor instead.
 func (*ListDeadLetters) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{24}
+	return file_kjob_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListDeadLetters) GetApp() string {
@@ -2358,7 +2431,7 @@ type DeadLettersReply struct {
 
 func (x *DeadLettersReply) Reset() {
 	*x = DeadLettersReply{}
-	mi := &file_kjob_proto_msgTypes[25]
+	mi := &file_kjob_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2443,7 @@ func (x *DeadLettersReply) String() string {
 func (*DeadLettersReply) ProtoMessage() {}
 
 func (x *DeadLettersReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[25]
+	mi := &file_kjob_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2456,7 @@ func (x *DeadLettersReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLettersReply.ProtoReflect.Descriptor instead.
 func (*DeadLettersReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{25}
+	return file_kjob_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeadLettersReply) GetError() *Error {
@@ -2417,7 +2490,7 @@ type GetDeadLetter struct {
 
 func (x *GetDeadLetter) Reset() {
 	*x = GetDeadLetter{}
-	mi := &file_kjob_proto_msgTypes[26]
+	mi := &file_kjob_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +2502,7 @@ func (x *GetDeadLetter) String() string {
 func (*GetDeadLetter) ProtoMessage() {}
 
 func (x *GetDeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[26]
+	mi := &file_kjob_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +2515,7 @@ func (x *GetDeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDeadLetter.ProtoReflect.Descriptor instead.
 func (*GetDeadLetter) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{26}
+	return file_kjob_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetDeadLetter) GetApp() string {
@@ -2470,7 +2543,7 @@ type ReplayDeadLetter struct {
 
 func (x *ReplayDeadLetter) Reset() {
 	*x = ReplayDeadLetter{}
-	mi := &file_kjob_proto_msgTypes[27]
+	mi := &file_kjob_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2555,7 @@ func (x *ReplayDeadLetter) String() string {
 func (*ReplayDeadLetter) ProtoMessage() {}
 
 func (x *ReplayDeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[27]
+	mi := &file_kjob_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2568,7 @@ func (x *ReplayDeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetter.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetter) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{27}
+	return file_kjob_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplayDeadLetter) GetApp() string {
@@ -2530,7 +2603,7 @@ type PurgeDeadLetters struct {
 
 func (x *PurgeDeadLetters) Reset() {
 	*x = PurgeDeadLetters{}
-	mi := &file_kjob_proto_msgTypes[28]
+	mi := &file_kjob_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2615,7 @@ func (x *PurgeDeadLetters) String() string {
 func (*PurgeDeadLetters) ProtoMessage() {}
 
 func (x *PurgeDeadLetters) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[28]
+	mi := &file_kjob_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2628,7 @@ func (x *PurgeDeadLetters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLetters.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLetters) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{28}
+	return file_kjob_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PurgeDeadLetters) GetApp() string {
@@ -2590,7 +2663,7 @@ type DeadLetterReply struct {
 
 func (x *DeadLetterReply) Reset() {
 	*x = DeadLetterReply{}
-	mi := &file_kjob_proto_msgTypes[29]
+	mi := &file_kjob_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2602,7 +2675,7 @@ func (x *DeadLetterReply) String() string {
 func (*DeadLetterReply) ProtoMessage() {}
 
 func (x *DeadLetterReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[29]
+	mi := &file_kjob_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,7 +2688,7 @@ func (x *DeadLetterReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetterReply.ProtoReflect.Descriptor instead.
 func (*DeadLetterReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{29}
+	return file_kjob_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeadLetterReply) GetError() *Error {
@@ -2660,7 +2733,7 @@ type Dispatch struct {
 
 func (x *Dispatch) Reset() {
 	*x = Dispatch{}
-	mi := &file_kjob_proto_msgTypes[30]
+	mi := &file_kjob_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2745,7 @@ func (x *Dispatch) String() string {
 func (*Dispatch) ProtoMessage() {}
 
 func (x *Dispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[30]
+	mi := &file_kjob_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2758,7 @@ func (x *Dispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatch.ProtoReflect.Descriptor instead.
 func (*Dispatch) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{30}
+	return file_kjob_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Dispatch) GetRunId() string {
@@ -2800,7 +2873,7 @@ type RunResult struct {
 
 func (x *RunResult) Reset() {
 	*x = RunResult{}
-	mi := &file_kjob_proto_msgTypes[31]
+	mi := &file_kjob_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +2885,7 @@ func (x *RunResult) String() string {
 func (*RunResult) ProtoMessage() {}
 
 func (x *RunResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[31]
+	mi := &file_kjob_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +2898,7 @@ func (x *RunResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResult.ProtoReflect.Descriptor instead.
 func (*RunResult) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{31}
+	return file_kjob_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RunResult) GetRunId() string {
@@ -2929,7 +3002,7 @@ type ResultAck struct {
 
 func (x *ResultAck) Reset() {
 	*x = ResultAck{}
-	mi := &file_kjob_proto_msgTypes[32]
+	mi := &file_kjob_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2941,7 +3014,7 @@ func (x *ResultAck) String() string {
 func (*ResultAck) ProtoMessage() {}
 
 func (x *ResultAck) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[32]
+	mi := &file_kjob_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2954,7 +3027,7 @@ func (x *ResultAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAck.ProtoReflect.Descriptor instead.
 func (*ResultAck) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{32}
+	return file_kjob_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ResultAck) GetRunId() string {
@@ -2979,7 +3052,7 @@ type ShardLoad struct {
 
 func (x *ShardLoad) Reset() {
 	*x = ShardLoad{}
-	mi := &file_kjob_proto_msgTypes[33]
+	mi := &file_kjob_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3064,7 @@ func (x *ShardLoad) String() string {
 func (*ShardLoad) ProtoMessage() {}
 
 func (x *ShardLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[33]
+	mi := &file_kjob_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3077,7 @@ func (x *ShardLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardLoad.ProtoReflect.Descriptor instead.
 func (*ShardLoad) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{33}
+	return file_kjob_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ShardLoad) GetShard() string {
@@ -3075,7 +3148,7 @@ type ServerHeartbeat struct {
 
 func (x *ServerHeartbeat) Reset() {
 	*x = ServerHeartbeat{}
-	mi := &file_kjob_proto_msgTypes[34]
+	mi := &file_kjob_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3087,7 +3160,7 @@ func (x *ServerHeartbeat) String() string {
 func (*ServerHeartbeat) ProtoMessage() {}
 
 func (x *ServerHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[34]
+	mi := &file_kjob_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3100,7 +3173,7 @@ func (x *ServerHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerHeartbeat.ProtoReflect.Descriptor instead.
 func (*ServerHeartbeat) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{34}
+	return file_kjob_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ServerHeartbeat) GetServerId() string {
@@ -3193,7 +3266,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_kjob_proto_msgTypes[35]
+	mi := &file_kjob_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3205,7 +3278,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[35]
+	mi := &file_kjob_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3218,7 +3291,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{35}
+	return file_kjob_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WorkerInfo) GetWorkerId() string {
@@ -3266,7 +3339,7 @@ type WorkerHeartbeat struct {
 
 func (x *WorkerHeartbeat) Reset() {
 	*x = WorkerHeartbeat{}
-	mi := &file_kjob_proto_msgTypes[36]
+	mi := &file_kjob_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3278,7 +3351,7 @@ func (x *WorkerHeartbeat) String() string {
 func (*WorkerHeartbeat) ProtoMessage() {}
 
 func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[36]
+	mi := &file_kjob_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3291,7 +3364,7 @@ func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHeartbeat.ProtoReflect.Descriptor instead.
 func (*WorkerHeartbeat) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{36}
+	return file_kjob_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WorkerHeartbeat) GetWorker() *WorkerInfo {
@@ -3318,7 +3391,7 @@ type WorkerLeft struct {
 
 func (x *WorkerLeft) Reset() {
 	*x = WorkerLeft{}
-	mi := &file_kjob_proto_msgTypes[37]
+	mi := &file_kjob_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3330,7 +3403,7 @@ func (x *WorkerLeft) String() string {
 func (*WorkerLeft) ProtoMessage() {}
 
 func (x *WorkerLeft) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[37]
+	mi := &file_kjob_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3343,7 +3416,7 @@ func (x *WorkerLeft) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLeft.ProtoReflect.Descriptor instead.
 func (*WorkerLeft) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{37}
+	return file_kjob_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WorkerLeft) GetWorkerId() string {
@@ -3375,7 +3448,7 @@ type RouteEntry struct {
 
 func (x *RouteEntry) Reset() {
 	*x = RouteEntry{}
-	mi := &file_kjob_proto_msgTypes[38]
+	mi := &file_kjob_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3387,7 +3460,7 @@ func (x *RouteEntry) String() string {
 func (*RouteEntry) ProtoMessage() {}
 
 func (x *RouteEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[38]
+	mi := &file_kjob_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3400,7 +3473,7 @@ func (x *RouteEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEntry.ProtoReflect.Descriptor instead.
 func (*RouteEntry) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{38}
+	return file_kjob_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RouteEntry) GetShard() string {
@@ -3462,7 +3535,7 @@ type AppWorkers struct {
 
 func (x *AppWorkers) Reset() {
 	*x = AppWorkers{}
-	mi := &file_kjob_proto_msgTypes[39]
+	mi := &file_kjob_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3474,7 +3547,7 @@ func (x *AppWorkers) String() string {
 func (*AppWorkers) ProtoMessage() {}
 
 func (x *AppWorkers) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[39]
+	mi := &file_kjob_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3487,7 +3560,7 @@ func (x *AppWorkers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppWorkers.ProtoReflect.Descriptor instead.
 func (*AppWorkers) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{39}
+	return file_kjob_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AppWorkers) GetApp() string {
@@ -3518,7 +3591,7 @@ type RouteTable struct {
 
 func (x *RouteTable) Reset() {
 	*x = RouteTable{}
-	mi := &file_kjob_proto_msgTypes[40]
+	mi := &file_kjob_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3530,7 +3603,7 @@ func (x *RouteTable) String() string {
 func (*RouteTable) ProtoMessage() {}
 
 func (x *RouteTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[40]
+	mi := &file_kjob_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3543,7 +3616,7 @@ func (x *RouteTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteTable.ProtoReflect.Descriptor instead.
 func (*RouteTable) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{40}
+	return file_kjob_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RouteTable) GetVersion() int64 {
@@ -3599,7 +3672,7 @@ type GetRoutes struct {
 
 func (x *GetRoutes) Reset() {
 	*x = GetRoutes{}
-	mi := &file_kjob_proto_msgTypes[41]
+	mi := &file_kjob_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3611,7 +3684,7 @@ func (x *GetRoutes) String() string {
 func (*GetRoutes) ProtoMessage() {}
 
 func (x *GetRoutes) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[41]
+	mi := &file_kjob_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3624,7 +3697,7 @@ func (x *GetRoutes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoutes.ProtoReflect.Descriptor instead.
 func (*GetRoutes) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{41}
+	return file_kjob_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetRoutes) GetApp() string {
@@ -3658,7 +3731,7 @@ type Subscribe struct {
 
 func (x *Subscribe) Reset() {
 	*x = Subscribe{}
-	mi := &file_kjob_proto_msgTypes[42]
+	mi := &file_kjob_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3670,7 +3743,7 @@ func (x *Subscribe) String() string {
 func (*Subscribe) ProtoMessage() {}
 
 func (x *Subscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[42]
+	mi := &file_kjob_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3683,7 +3756,7 @@ func (x *Subscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribe.ProtoReflect.Descriptor instead.
 func (*Subscribe) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{42}
+	return file_kjob_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Subscribe) GetSubscriber() *Ref {
@@ -3715,7 +3788,7 @@ type AssignShard struct {
 
 func (x *AssignShard) Reset() {
 	*x = AssignShard{}
-	mi := &file_kjob_proto_msgTypes[43]
+	mi := &file_kjob_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3727,7 +3800,7 @@ func (x *AssignShard) String() string {
 func (*AssignShard) ProtoMessage() {}
 
 func (x *AssignShard) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[43]
+	mi := &file_kjob_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3740,7 +3813,7 @@ func (x *AssignShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignShard.ProtoReflect.Descriptor instead.
 func (*AssignShard) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{43}
+	return file_kjob_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AssignShard) GetShard() string {
@@ -3779,7 +3852,7 @@ type MoveShard struct {
 
 func (x *MoveShard) Reset() {
 	*x = MoveShard{}
-	mi := &file_kjob_proto_msgTypes[44]
+	mi := &file_kjob_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3791,7 +3864,7 @@ func (x *MoveShard) String() string {
 func (*MoveShard) ProtoMessage() {}
 
 func (x *MoveShard) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[44]
+	mi := &file_kjob_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3804,7 +3877,7 @@ func (x *MoveShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShard.ProtoReflect.Descriptor instead.
 func (*MoveShard) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{44}
+	return file_kjob_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MoveShard) GetShard() string {
@@ -3847,7 +3920,7 @@ type ImportShard struct {
 
 func (x *ImportShard) Reset() {
 	*x = ImportShard{}
-	mi := &file_kjob_proto_msgTypes[45]
+	mi := &file_kjob_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3859,7 +3932,7 @@ func (x *ImportShard) String() string {
 func (*ImportShard) ProtoMessage() {}
 
 func (x *ImportShard) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[45]
+	mi := &file_kjob_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3872,7 +3945,7 @@ func (x *ImportShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportShard.ProtoReflect.Descriptor instead.
 func (*ImportShard) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{45}
+	return file_kjob_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ImportShard) GetShard() string {
@@ -3906,7 +3979,7 @@ type ImportShardReply struct {
 
 func (x *ImportShardReply) Reset() {
 	*x = ImportShardReply{}
-	mi := &file_kjob_proto_msgTypes[46]
+	mi := &file_kjob_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3918,7 +3991,7 @@ func (x *ImportShardReply) String() string {
 func (*ImportShardReply) ProtoMessage() {}
 
 func (x *ImportShardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[46]
+	mi := &file_kjob_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3931,7 +4004,7 @@ func (x *ImportShardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportShardReply.ProtoReflect.Descriptor instead.
 func (*ImportShardReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{46}
+	return file_kjob_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ImportShardReply) GetError() *Error {
@@ -3959,7 +4032,7 @@ type ShardOpened struct {
 
 func (x *ShardOpened) Reset() {
 	*x = ShardOpened{}
-	mi := &file_kjob_proto_msgTypes[47]
+	mi := &file_kjob_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3971,7 +4044,7 @@ func (x *ShardOpened) String() string {
 func (*ShardOpened) ProtoMessage() {}
 
 func (x *ShardOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[47]
+	mi := &file_kjob_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3984,7 +4057,7 @@ func (x *ShardOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOpened.ProtoReflect.Descriptor instead.
 func (*ShardOpened) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{47}
+	return file_kjob_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ShardOpened) GetServerId() string {
@@ -4018,7 +4091,7 @@ type LeaseNode struct {
 
 func (x *LeaseNode) Reset() {
 	*x = LeaseNode{}
-	mi := &file_kjob_proto_msgTypes[48]
+	mi := &file_kjob_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4030,7 +4103,7 @@ func (x *LeaseNode) String() string {
 func (*LeaseNode) ProtoMessage() {}
 
 func (x *LeaseNode) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[48]
+	mi := &file_kjob_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4043,7 +4116,7 @@ func (x *LeaseNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseNode.ProtoReflect.Descriptor instead.
 func (*LeaseNode) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{48}
+	return file_kjob_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *LeaseNode) GetHolder() string {
@@ -4071,7 +4144,7 @@ type LeaseNodeReply struct {
 
 func (x *LeaseNodeReply) Reset() {
 	*x = LeaseNodeReply{}
-	mi := &file_kjob_proto_msgTypes[49]
+	mi := &file_kjob_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4083,7 +4156,7 @@ func (x *LeaseNodeReply) String() string {
 func (*LeaseNodeReply) ProtoMessage() {}
 
 func (x *LeaseNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[49]
+	mi := &file_kjob_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4096,7 +4169,7 @@ func (x *LeaseNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseNodeReply.ProtoReflect.Descriptor instead.
 func (*LeaseNodeReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{49}
+	return file_kjob_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *LeaseNodeReply) GetError() *Error {
@@ -4128,7 +4201,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_kjob_proto_msgTypes[50]
+	mi := &file_kjob_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4140,7 +4213,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[50]
+	mi := &file_kjob_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4153,7 +4226,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{50}
+	return file_kjob_proto_rawDescGZIP(), []int{51}
 }
 
 type ServerStatus struct {
@@ -4170,7 +4243,7 @@ type ServerStatus struct {
 
 func (x *ServerStatus) Reset() {
 	*x = ServerStatus{}
-	mi := &file_kjob_proto_msgTypes[51]
+	mi := &file_kjob_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4182,7 +4255,7 @@ func (x *ServerStatus) String() string {
 func (*ServerStatus) ProtoMessage() {}
 
 func (x *ServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[51]
+	mi := &file_kjob_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4195,7 +4268,7 @@ func (x *ServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerStatus.ProtoReflect.Descriptor instead.
 func (*ServerStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{51}
+	return file_kjob_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ServerStatus) GetServerId() string {
@@ -4253,7 +4326,7 @@ type MoveStatus struct {
 
 func (x *MoveStatus) Reset() {
 	*x = MoveStatus{}
-	mi := &file_kjob_proto_msgTypes[52]
+	mi := &file_kjob_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4265,7 +4338,7 @@ func (x *MoveStatus) String() string {
 func (*MoveStatus) ProtoMessage() {}
 
 func (x *MoveStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[52]
+	mi := &file_kjob_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4278,7 +4351,7 @@ func (x *MoveStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveStatus.ProtoReflect.Descriptor instead.
 func (*MoveStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{52}
+	return file_kjob_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *MoveStatus) GetShard() string {
@@ -4327,7 +4400,7 @@ type AppStatus struct {
 
 func (x *AppStatus) Reset() {
 	*x = AppStatus{}
-	mi := &file_kjob_proto_msgTypes[53]
+	mi := &file_kjob_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4339,7 +4412,7 @@ func (x *AppStatus) String() string {
 func (*AppStatus) ProtoMessage() {}
 
 func (x *AppStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[53]
+	mi := &file_kjob_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4352,7 +4425,7 @@ func (x *AppStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppStatus.ProtoReflect.Descriptor instead.
 func (*AppStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{53}
+	return file_kjob_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *AppStatus) GetApp() string {
@@ -4391,7 +4464,7 @@ type ClusterStatusReply struct {
 
 func (x *ClusterStatusReply) Reset() {
 	*x = ClusterStatusReply{}
-	mi := &file_kjob_proto_msgTypes[54]
+	mi := &file_kjob_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4403,7 +4476,7 @@ func (x *ClusterStatusReply) String() string {
 func (*ClusterStatusReply) ProtoMessage() {}
 
 func (x *ClusterStatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[54]
+	mi := &file_kjob_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4416,7 +4489,7 @@ func (x *ClusterStatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusReply.ProtoReflect.Descriptor instead.
 func (*ClusterStatusReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{54}
+	return file_kjob_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ClusterStatusReply) GetError() *Error {
@@ -4476,7 +4549,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_kjob_proto_msgTypes[55]
+	mi := &file_kjob_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4488,7 +4561,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[55]
+	mi := &file_kjob_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4501,7 +4574,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{55}
+	return file_kjob_proto_rawDescGZIP(), []int{56}
 }
 
 type Pong struct {
@@ -4514,7 +4587,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_kjob_proto_msgTypes[56]
+	mi := &file_kjob_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4526,7 +4599,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[56]
+	mi := &file_kjob_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4539,7 +4612,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{56}
+	return file_kjob_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Pong) GetServerId() string {
@@ -4568,7 +4641,7 @@ type ShardMeta struct {
 
 func (x *ShardMeta) Reset() {
 	*x = ShardMeta{}
-	mi := &file_kjob_proto_msgTypes[57]
+	mi := &file_kjob_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4580,7 +4653,7 @@ func (x *ShardMeta) String() string {
 func (*ShardMeta) ProtoMessage() {}
 
 func (x *ShardMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[57]
+	mi := &file_kjob_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4593,7 +4666,7 @@ func (x *ShardMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMeta.ProtoReflect.Descriptor instead.
 func (*ShardMeta) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{57}
+	return file_kjob_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ShardMeta) GetShard() string {
@@ -4636,7 +4709,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_kjob_proto_msgTypes[58]
+	mi := &file_kjob_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4648,7 +4721,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[58]
+	mi := &file_kjob_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4661,7 +4734,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{58}
+	return file_kjob_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *JobRef) GetId() int64 {
@@ -4721,7 +4794,7 @@ type RunState struct {
 
 func (x *RunState) Reset() {
 	*x = RunState{}
-	mi := &file_kjob_proto_msgTypes[59]
+	mi := &file_kjob_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4733,7 +4806,7 @@ func (x *RunState) String() string {
 func (*RunState) ProtoMessage() {}
 
 func (x *RunState) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[59]
+	mi := &file_kjob_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4746,7 +4819,7 @@ func (x *RunState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunState.ProtoReflect.Descriptor instead.
 func (*RunState) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{59}
+	return file_kjob_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RunState) GetRunId() string {
@@ -4898,7 +4971,7 @@ type ShardSnapshot struct {
 
 func (x *ShardSnapshot) Reset() {
 	*x = ShardSnapshot{}
-	mi := &file_kjob_proto_msgTypes[60]
+	mi := &file_kjob_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4910,7 +4983,7 @@ func (x *ShardSnapshot) String() string {
 func (*ShardSnapshot) ProtoMessage() {}
 
 func (x *ShardSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[60]
+	mi := &file_kjob_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4923,7 +4996,7 @@ func (x *ShardSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardSnapshot.ProtoReflect.Descriptor instead.
 func (*ShardSnapshot) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{60}
+	return file_kjob_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ShardSnapshot) GetMeta() *ShardMeta {
@@ -4994,7 +5067,7 @@ type RequestSeen struct {
 
 func (x *RequestSeen) Reset() {
 	*x = RequestSeen{}
-	mi := &file_kjob_proto_msgTypes[61]
+	mi := &file_kjob_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5006,7 +5079,7 @@ func (x *RequestSeen) String() string {
 func (*RequestSeen) ProtoMessage() {}
 
 func (x *RequestSeen) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[61]
+	mi := &file_kjob_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5019,7 +5092,7 @@ func (x *RequestSeen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestSeen.ProtoReflect.Descriptor instead.
 func (*RequestSeen) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{61}
+	return file_kjob_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RequestSeen) GetRequestId() int64 {
@@ -5152,7 +5225,7 @@ const file_kjob_proto_rawDesc = "" +
 	"\n" +
 	"CreateJobs\x12&\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x12.kjob.v1.CreateJobR\x04jobs\x12!\n" +
-	"\flean_replies\x18\x02 \x01(\bR\vleanReplies\"\xd2\x02\n" +
+	"\flean_replies\x18\x02 \x01(\bR\vleanReplies\"\x9b\x03\n" +
 	"\x0fCreateJobsReply\x12+\n" +
 	"\areplies\x18\x01 \x03(\v2\x11.kjob.v1.JobReplyR\areplies\x12\x17\n" +
 	"\afull_at\x18\x02 \x03(\x05R\x06fullAt\x12'\n" +
@@ -5166,7 +5239,11 @@ const file_kjob_proto_rawDesc = "" +
 	"\x04runs\x18\b \x03(\x03R\x04runs\x12\x1e\n" +
 	"\vlast_due_ms\x18\t \x03(\x03R\tlastDueMs\x12$\n" +
 	"\x0elast_finish_ms\x18\n" +
-	" \x03(\x03R\flastFinishMs\"?\n" +
+	" \x03(\x03R\flastFinishMs\x12!\n" +
+	"\ftakes_packed\x18\v \x01(\bR\vtakesPacked\x12$\n" +
+	"\x05error\x18\f \x01(\v2\x0e.kjob.v1.ErrorR\x05error\"&\n" +
+	"\x10CreateJobsPacked\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"?\n" +
 	"\n" +
 	"Dispatches\x121\n" +
 	"\n" +
@@ -5538,7 +5615,7 @@ func file_kjob_proto_rawDescGZIP() []byte {
 }
 
 var file_kjob_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_kjob_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_kjob_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_kjob_proto_goTypes = []any{
 	(Code)(0),                  // 0: kjob.v1.Code
 	(ScheduleKind)(0),          // 1: kjob.v1.ScheduleKind
@@ -5565,51 +5642,52 @@ var file_kjob_proto_goTypes = []any{
 	(*JobReply)(nil),           // 22: kjob.v1.JobReply
 	(*CreateJobs)(nil),         // 23: kjob.v1.CreateJobs
 	(*CreateJobsReply)(nil),    // 24: kjob.v1.CreateJobsReply
-	(*Dispatches)(nil),         // 25: kjob.v1.Dispatches
-	(*ResultAcks)(nil),         // 26: kjob.v1.ResultAcks
-	(*RunResults)(nil),         // 27: kjob.v1.RunResults
-	(*ListJobsReply)(nil),      // 28: kjob.v1.ListJobsReply
-	(*RunsReply)(nil),          // 29: kjob.v1.RunsReply
-	(*RunRecord)(nil),          // 30: kjob.v1.RunRecord
-	(*DeadLetter)(nil),         // 31: kjob.v1.DeadLetter
-	(*ListDeadLetters)(nil),    // 32: kjob.v1.ListDeadLetters
-	(*DeadLettersReply)(nil),   // 33: kjob.v1.DeadLettersReply
-	(*GetDeadLetter)(nil),      // 34: kjob.v1.GetDeadLetter
-	(*ReplayDeadLetter)(nil),   // 35: kjob.v1.ReplayDeadLetter
-	(*PurgeDeadLetters)(nil),   // 36: kjob.v1.PurgeDeadLetters
-	(*DeadLetterReply)(nil),    // 37: kjob.v1.DeadLetterReply
-	(*Dispatch)(nil),           // 38: kjob.v1.Dispatch
-	(*RunResult)(nil),          // 39: kjob.v1.RunResult
-	(*ResultAck)(nil),          // 40: kjob.v1.ResultAck
-	(*ShardLoad)(nil),          // 41: kjob.v1.ShardLoad
-	(*ServerHeartbeat)(nil),    // 42: kjob.v1.ServerHeartbeat
-	(*WorkerInfo)(nil),         // 43: kjob.v1.WorkerInfo
-	(*WorkerHeartbeat)(nil),    // 44: kjob.v1.WorkerHeartbeat
-	(*WorkerLeft)(nil),         // 45: kjob.v1.WorkerLeft
-	(*RouteEntry)(nil),         // 46: kjob.v1.RouteEntry
-	(*AppWorkers)(nil),         // 47: kjob.v1.AppWorkers
-	(*RouteTable)(nil),         // 48: kjob.v1.RouteTable
-	(*GetRoutes)(nil),          // 49: kjob.v1.GetRoutes
-	(*Subscribe)(nil),          // 50: kjob.v1.Subscribe
-	(*AssignShard)(nil),        // 51: kjob.v1.AssignShard
-	(*MoveShard)(nil),          // 52: kjob.v1.MoveShard
-	(*ImportShard)(nil),        // 53: kjob.v1.ImportShard
-	(*ImportShardReply)(nil),   // 54: kjob.v1.ImportShardReply
-	(*ShardOpened)(nil),        // 55: kjob.v1.ShardOpened
-	(*LeaseNode)(nil),          // 56: kjob.v1.LeaseNode
-	(*LeaseNodeReply)(nil),     // 57: kjob.v1.LeaseNodeReply
-	(*ClusterStatus)(nil),      // 58: kjob.v1.ClusterStatus
-	(*ServerStatus)(nil),       // 59: kjob.v1.ServerStatus
-	(*MoveStatus)(nil),         // 60: kjob.v1.MoveStatus
-	(*AppStatus)(nil),          // 61: kjob.v1.AppStatus
-	(*ClusterStatusReply)(nil), // 62: kjob.v1.ClusterStatusReply
-	(*Ping)(nil),               // 63: kjob.v1.Ping
-	(*Pong)(nil),               // 64: kjob.v1.Pong
-	(*ShardMeta)(nil),          // 65: kjob.v1.ShardMeta
-	(*JobRef)(nil),             // 66: kjob.v1.JobRef
-	(*RunState)(nil),           // 67: kjob.v1.RunState
-	(*ShardSnapshot)(nil),      // 68: kjob.v1.ShardSnapshot
-	(*RequestSeen)(nil),        // 69: kjob.v1.RequestSeen
+	(*CreateJobsPacked)(nil),   // 25: kjob.v1.CreateJobsPacked
+	(*Dispatches)(nil),         // 26: kjob.v1.Dispatches
+	(*ResultAcks)(nil),         // 27: kjob.v1.ResultAcks
+	(*RunResults)(nil),         // 28: kjob.v1.RunResults
+	(*ListJobsReply)(nil),      // 29: kjob.v1.ListJobsReply
+	(*RunsReply)(nil),          // 30: kjob.v1.RunsReply
+	(*RunRecord)(nil),          // 31: kjob.v1.RunRecord
+	(*DeadLetter)(nil),         // 32: kjob.v1.DeadLetter
+	(*ListDeadLetters)(nil),    // 33: kjob.v1.ListDeadLetters
+	(*DeadLettersReply)(nil),   // 34: kjob.v1.DeadLettersReply
+	(*GetDeadLetter)(nil),      // 35: kjob.v1.GetDeadLetter
+	(*ReplayDeadLetter)(nil),   // 36: kjob.v1.ReplayDeadLetter
+	(*PurgeDeadLetters)(nil),   // 37: kjob.v1.PurgeDeadLetters
+	(*DeadLetterReply)(nil),    // 38: kjob.v1.DeadLetterReply
+	(*Dispatch)(nil),           // 39: kjob.v1.Dispatch
+	(*RunResult)(nil),          // 40: kjob.v1.RunResult
+	(*ResultAck)(nil),          // 41: kjob.v1.ResultAck
+	(*ShardLoad)(nil),          // 42: kjob.v1.ShardLoad
+	(*ServerHeartbeat)(nil),    // 43: kjob.v1.ServerHeartbeat
+	(*WorkerInfo)(nil),         // 44: kjob.v1.WorkerInfo
+	(*WorkerHeartbeat)(nil),    // 45: kjob.v1.WorkerHeartbeat
+	(*WorkerLeft)(nil),         // 46: kjob.v1.WorkerLeft
+	(*RouteEntry)(nil),         // 47: kjob.v1.RouteEntry
+	(*AppWorkers)(nil),         // 48: kjob.v1.AppWorkers
+	(*RouteTable)(nil),         // 49: kjob.v1.RouteTable
+	(*GetRoutes)(nil),          // 50: kjob.v1.GetRoutes
+	(*Subscribe)(nil),          // 51: kjob.v1.Subscribe
+	(*AssignShard)(nil),        // 52: kjob.v1.AssignShard
+	(*MoveShard)(nil),          // 53: kjob.v1.MoveShard
+	(*ImportShard)(nil),        // 54: kjob.v1.ImportShard
+	(*ImportShardReply)(nil),   // 55: kjob.v1.ImportShardReply
+	(*ShardOpened)(nil),        // 56: kjob.v1.ShardOpened
+	(*LeaseNode)(nil),          // 57: kjob.v1.LeaseNode
+	(*LeaseNodeReply)(nil),     // 58: kjob.v1.LeaseNodeReply
+	(*ClusterStatus)(nil),      // 59: kjob.v1.ClusterStatus
+	(*ServerStatus)(nil),       // 60: kjob.v1.ServerStatus
+	(*MoveStatus)(nil),         // 61: kjob.v1.MoveStatus
+	(*AppStatus)(nil),          // 62: kjob.v1.AppStatus
+	(*ClusterStatusReply)(nil), // 63: kjob.v1.ClusterStatusReply
+	(*Ping)(nil),               // 64: kjob.v1.Ping
+	(*Pong)(nil),               // 65: kjob.v1.Pong
+	(*ShardMeta)(nil),          // 66: kjob.v1.ShardMeta
+	(*JobRef)(nil),             // 67: kjob.v1.JobRef
+	(*RunState)(nil),           // 68: kjob.v1.RunState
+	(*ShardSnapshot)(nil),      // 69: kjob.v1.ShardSnapshot
+	(*RequestSeen)(nil),        // 70: kjob.v1.RequestSeen
 }
 var file_kjob_proto_depIdxs = []int32{
 	0,  // 0: kjob.v1.Error.code:type_name -> kjob.v1.Code
@@ -5629,58 +5707,59 @@ var file_kjob_proto_depIdxs = []int32{
 	13, // 14: kjob.v1.CreateJobs.jobs:type_name -> kjob.v1.CreateJob
 	22, // 15: kjob.v1.CreateJobsReply.replies:type_name -> kjob.v1.JobReply
 	5,  // 16: kjob.v1.CreateJobsReply.state:type_name -> kjob.v1.JobState
-	38, // 17: kjob.v1.Dispatches.dispatches:type_name -> kjob.v1.Dispatch
-	40, // 18: kjob.v1.ResultAcks.acks:type_name -> kjob.v1.ResultAck
-	39, // 19: kjob.v1.RunResults.results:type_name -> kjob.v1.RunResult
-	8,  // 20: kjob.v1.ListJobsReply.error:type_name -> kjob.v1.Error
-	12, // 21: kjob.v1.ListJobsReply.jobs:type_name -> kjob.v1.Job
-	8,  // 22: kjob.v1.RunsReply.error:type_name -> kjob.v1.Error
-	30, // 23: kjob.v1.RunsReply.runs:type_name -> kjob.v1.RunRecord
-	6,  // 24: kjob.v1.RunRecord.outcome:type_name -> kjob.v1.Outcome
-	8,  // 25: kjob.v1.DeadLettersReply.error:type_name -> kjob.v1.Error
-	31, // 26: kjob.v1.DeadLettersReply.letters:type_name -> kjob.v1.DeadLetter
-	8,  // 27: kjob.v1.DeadLetterReply.error:type_name -> kjob.v1.Error
-	31, // 28: kjob.v1.DeadLetterReply.letter:type_name -> kjob.v1.DeadLetter
-	9,  // 29: kjob.v1.Dispatch.reply_to:type_name -> kjob.v1.Ref
-	6,  // 30: kjob.v1.RunResult.outcome:type_name -> kjob.v1.Outcome
-	9,  // 31: kjob.v1.RunResult.worker:type_name -> kjob.v1.Ref
-	9,  // 32: kjob.v1.ShardLoad.pid:type_name -> kjob.v1.Ref
-	9,  // 33: kjob.v1.ServerHeartbeat.server:type_name -> kjob.v1.Ref
-	41, // 34: kjob.v1.ServerHeartbeat.shards:type_name -> kjob.v1.ShardLoad
-	46, // 35: kjob.v1.ServerHeartbeat.known:type_name -> kjob.v1.RouteEntry
-	9,  // 36: kjob.v1.WorkerInfo.ref:type_name -> kjob.v1.Ref
-	43, // 37: kjob.v1.WorkerHeartbeat.worker:type_name -> kjob.v1.WorkerInfo
-	9,  // 38: kjob.v1.RouteEntry.owner:type_name -> kjob.v1.Ref
-	43, // 39: kjob.v1.AppWorkers.workers:type_name -> kjob.v1.WorkerInfo
-	46, // 40: kjob.v1.RouteTable.routes:type_name -> kjob.v1.RouteEntry
-	47, // 41: kjob.v1.RouteTable.apps:type_name -> kjob.v1.AppWorkers
-	8,  // 42: kjob.v1.RouteTable.error:type_name -> kjob.v1.Error
-	9,  // 43: kjob.v1.RouteTable.nameserver:type_name -> kjob.v1.Ref
-	9,  // 44: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
-	9,  // 45: kjob.v1.AssignShard.nameserver:type_name -> kjob.v1.Ref
-	9,  // 46: kjob.v1.MoveShard.target:type_name -> kjob.v1.Ref
-	8,  // 47: kjob.v1.ImportShardReply.error:type_name -> kjob.v1.Error
-	41, // 48: kjob.v1.ImportShardReply.shard:type_name -> kjob.v1.ShardLoad
-	41, // 49: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
-	8,  // 50: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
-	8,  // 51: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
-	41, // 52: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
-	8,  // 53: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
-	59, // 54: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
-	61, // 55: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
-	60, // 56: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
-	9,  // 57: kjob.v1.ShardMeta.target:type_name -> kjob.v1.Ref
-	65, // 58: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
-	12, // 59: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
-	67, // 60: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
-	31, // 61: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
-	30, // 62: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
-	69, // 63: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
-	64, // [64:64] is the sub-list for method output_type
-	64, // [64:64] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	8,  // 17: kjob.v1.CreateJobsReply.error:type_name -> kjob.v1.Error
+	39, // 18: kjob.v1.Dispatches.dispatches:type_name -> kjob.v1.Dispatch
+	41, // 19: kjob.v1.ResultAcks.acks:type_name -> kjob.v1.ResultAck
+	40, // 20: kjob.v1.RunResults.results:type_name -> kjob.v1.RunResult
+	8,  // 21: kjob.v1.ListJobsReply.error:type_name -> kjob.v1.Error
+	12, // 22: kjob.v1.ListJobsReply.jobs:type_name -> kjob.v1.Job
+	8,  // 23: kjob.v1.RunsReply.error:type_name -> kjob.v1.Error
+	31, // 24: kjob.v1.RunsReply.runs:type_name -> kjob.v1.RunRecord
+	6,  // 25: kjob.v1.RunRecord.outcome:type_name -> kjob.v1.Outcome
+	8,  // 26: kjob.v1.DeadLettersReply.error:type_name -> kjob.v1.Error
+	32, // 27: kjob.v1.DeadLettersReply.letters:type_name -> kjob.v1.DeadLetter
+	8,  // 28: kjob.v1.DeadLetterReply.error:type_name -> kjob.v1.Error
+	32, // 29: kjob.v1.DeadLetterReply.letter:type_name -> kjob.v1.DeadLetter
+	9,  // 30: kjob.v1.Dispatch.reply_to:type_name -> kjob.v1.Ref
+	6,  // 31: kjob.v1.RunResult.outcome:type_name -> kjob.v1.Outcome
+	9,  // 32: kjob.v1.RunResult.worker:type_name -> kjob.v1.Ref
+	9,  // 33: kjob.v1.ShardLoad.pid:type_name -> kjob.v1.Ref
+	9,  // 34: kjob.v1.ServerHeartbeat.server:type_name -> kjob.v1.Ref
+	42, // 35: kjob.v1.ServerHeartbeat.shards:type_name -> kjob.v1.ShardLoad
+	47, // 36: kjob.v1.ServerHeartbeat.known:type_name -> kjob.v1.RouteEntry
+	9,  // 37: kjob.v1.WorkerInfo.ref:type_name -> kjob.v1.Ref
+	44, // 38: kjob.v1.WorkerHeartbeat.worker:type_name -> kjob.v1.WorkerInfo
+	9,  // 39: kjob.v1.RouteEntry.owner:type_name -> kjob.v1.Ref
+	44, // 40: kjob.v1.AppWorkers.workers:type_name -> kjob.v1.WorkerInfo
+	47, // 41: kjob.v1.RouteTable.routes:type_name -> kjob.v1.RouteEntry
+	48, // 42: kjob.v1.RouteTable.apps:type_name -> kjob.v1.AppWorkers
+	8,  // 43: kjob.v1.RouteTable.error:type_name -> kjob.v1.Error
+	9,  // 44: kjob.v1.RouteTable.nameserver:type_name -> kjob.v1.Ref
+	9,  // 45: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
+	9,  // 46: kjob.v1.AssignShard.nameserver:type_name -> kjob.v1.Ref
+	9,  // 47: kjob.v1.MoveShard.target:type_name -> kjob.v1.Ref
+	8,  // 48: kjob.v1.ImportShardReply.error:type_name -> kjob.v1.Error
+	42, // 49: kjob.v1.ImportShardReply.shard:type_name -> kjob.v1.ShardLoad
+	42, // 50: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
+	8,  // 51: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
+	8,  // 52: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
+	42, // 53: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
+	8,  // 54: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
+	60, // 55: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
+	62, // 56: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
+	61, // 57: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
+	9,  // 58: kjob.v1.ShardMeta.target:type_name -> kjob.v1.Ref
+	66, // 59: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
+	12, // 60: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
+	68, // 61: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
+	32, // 62: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
+	31, // 63: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
+	70, // 64: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
+	65, // [65:65] is the sub-list for method output_type
+	65, // [65:65] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_kjob_proto_init() }
@@ -5694,7 +5773,7 @@ func file_kjob_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kjob_proto_rawDesc), len(file_kjob_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   62,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

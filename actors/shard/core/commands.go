@@ -17,6 +17,14 @@ import (
 // queues its reply behind the journal.
 func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env) {
 	c.setNow(nowMs)
+	if p, ok := m.(*messages.CreateJobsPacked); ok {
+		b, err := p.Unpack()
+		if err != nil { // none of it applied: the client tries each create alone
+			env.Send(from, &messages.CreateJobsReply{Error: kerr.Invalid("data", "%v", err)})
+			return
+		}
+		m = b // handled as the CreateJobs it stands for
+	}
 	switch x := m.(type) {
 	case *messages.RunResult:
 		c.result(x, from, nowMs)
@@ -56,6 +64,7 @@ func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env)
 		if b.LeanReplies {
 			out = messages.Lean(b.Jobs, out.Replies)
 		}
+		out.TakesPacked = true
 		c.send(from, out)
 		c.flush(env)
 		return

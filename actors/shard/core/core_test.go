@@ -329,6 +329,47 @@ func TestCreateBatch(t *testing.T) {
 	}
 }
 
+// A packed batch is handled as the CreateJobs it stands for: the same reply (which
+// says the shard takes the packed form), the same records and state. One that does
+// not unpack is refused as a whole at once, with nothing journaled.
+func TestCreateBatchPacked(t *testing.T) {
+	jobs := []*messages.CreateJob{
+		{Job: onceJob(1, 50), RequestId: 11},
+		{Job: &messages.Job{Id: 2, App: "app", Handler: ""}, RequestId: 12}, // invalid: no handler
+		{Job: onceJob(3, 70), RequestId: 13},
+		{Job: onceJob(1, 50), RequestId: 11},
+	}
+	jobs[2].Job.Policy = &messages.Policy{Attempts: 2, LadderMs: []int64{100}}
+	plain, pe := newCore(1000)
+	packed, ke := newCore(1000)
+	req := &messages.CreateJobs{Jobs: jobs, LeanReplies: true}
+	p := messages.PackCreateJobs(req)
+	if p == nil {
+		t.Fatal("not packed")
+	}
+	plain.Handle(1000, client, req, pe)
+	packed.Handle(1000, client, p, ke)
+	if len(pe.sent)+len(ke.sent) != 0 {
+		t.Fatal("a reply before the records were durable")
+	}
+	plain.Durable(pe.lsn, nil, pe)
+	packed.Durable(ke.lsn, nil, ke)
+	a, b := pe.take(), ke.take()
+	if len(a) != 1 || len(b) != 1 || !proto.Equal(a[0].m, b[0].m) || !b[0].m.(*messages.CreateJobsReply).TakesPacked {
+		t.Fatalf("replies: plain %v, packed %v", a, b)
+	}
+	if pe.lsn != ke.lsn || !bytes.Equal(plain.Snapshot(), packed.Snapshot()) {
+		t.Fatalf("the packed batch left another journal (lsn %d against %d) or state", ke.lsn, pe.lsn)
+	}
+	lsn := ke.lsn
+	packed.Handle(1000, client, &messages.CreateJobsPacked{Data: p.Data[:len(p.Data)-3]}, ke)
+	s := ke.take()
+	if len(s) != 1 || s[0].m.(*messages.CreateJobsReply).Error.GetCode() != messages.Code_INVALID_ARGUMENT ||
+		s[0].m.(*messages.CreateJobsReply).Error.GetField() != "data" || ke.lsn != lsn {
+		t.Fatalf("a packed batch cut short: %v (lsn %d, was %d)", s, ke.lsn, lsn)
+	}
+}
+
 // A run's trace id is a W3C traceparent: version 00, a 32-hex trace id, a 16-hex
 // nonzero span id, flags 01; and hex64 spells what fmt does.
 func TestTraceparentFormat(t *testing.T) {

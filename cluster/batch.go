@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/actors/kerr"
 	"github.com/kjob/kjob/messages"
@@ -33,13 +32,17 @@ import (
 // everything while the others carried one create each (half the batches were of
 // 1, a tenth of more than 170, at 256 creates in flight).
 //
-// A batch goes packed (messages.CreateJobsPacked: kjob's own encoding, which the
-// remote layer carries as one bytes field) once the shard has said, in a reply,
-// that it takes that form; the first batch to a shard goes plain, since a server
-// that predates the packed form cannot read it. Packing is the client's work, on
-// the batch's own goroutine, where the remote layer would marshal the plain batch
-// on its one endpoint goroutine per connection: in sixteen alternating create runs
-// at 256 in flight, 5 % more acks/s on average (BENCHMARKS.md, 2026-12-06).
+// A batch goes packed (CreateJobs.packed: kjob's own encoding, which the remote
+// layer carries as one bytes field) once the shard has said, in a reply, that it
+// reads that form; the first batch to a shard goes plain. A reply to a packed batch
+// that does not say so is from a shard that predates the form (rolled back in
+// place, say), which saw an empty batch and applied nothing: the creates are tried
+// alone and the batches after go plain until a reply says otherwise. A packed batch
+// refused as a whole (it did not unpack) turns packing off towards that shard for
+// good. Packing is the client's work, on the batch's own goroutine, where the
+// remote layer would marshal the plain batch on its one endpoint goroutine per
+// connection: in sixteen alternating create runs at 256 in flight, 5 % more acks/s
+// on average (BENCHMARKS.md, 2026-12-06).
 //
 // A batch is only the first try. A create whose batch was lost (timeout, the
 // shard's server gone) or refused as a whole (NOT_OWNER: the shard moved) is tried
@@ -66,7 +69,8 @@ type batcher struct {
 	c   *Client
 	pid *actor.PID
 
-	packs atomic.Bool // the shard takes CreateJobsPacked (its replies say so)
+	packs   atomic.Bool // the shard reads packed batches (its last reply said so)
+	noPacks atomic.Bool // it refused a packed batch: never pack towards it again
 
 	mu       sync.Mutex
 	queue    []*batchItem
@@ -207,24 +211,31 @@ func (b *batcher) send(batch []*batchItem) {
 		req.Jobs[i] = it.m
 	}
 	var replies []*messages.JobReply
-	var msg proto.Message = req
-	if b.packs.Load() {
+	msg, packed := req, false
+	if b.packs.Load() && !b.noPacks.Load() {
 		if p := messages.PackCreateJobs(req); p != nil {
-			msg = p
+			msg, packed = p, true
 			b.c.packed.Add(1)
 		}
 	}
 	r, err := b.c.system.Root.RequestFuture(b.pid, msg, requestTimeout).Result()
 	if err == nil {
-		if rep, ok := r.(*messages.CreateJobsReply); !ok {
+		rep, ok := r.(*messages.CreateJobsReply)
+		switch {
+		case !ok:
 			err = fmt.Errorf("%w: %s: unexpected reply %T to a batch of %d", errTransport, b.pid.Address, r, len(batch))
-		} else if rep.Error != nil { // refused as a whole: none applied
-			b.packs.Store(false)
+		case rep.Error != nil: // refused as a whole: none applied
+			b.noPacks.Store(true)
 			err = fmt.Errorf("%w: %s: a batch of %d refused: %v", errTransport, b.pid.Address, len(batch), kerr.FromWire(rep.Error))
-		} else if replies, err = rep.Expand(req.Jobs); err != nil {
-			err = fmt.Errorf("%w: %s: %v", errTransport, b.pid.Address, err)
-		} else if rep.TakesPacked {
-			b.packs.Store(true)
+		case packed && !rep.TakesPacked: // a shard that predates packed batches: it saw none
+			b.packs.Store(false)
+			err = fmt.Errorf("%w: %s: a packed batch of %d not read", errTransport, b.pid.Address, len(batch))
+		default:
+			if replies, err = rep.Expand(req.Jobs); err != nil {
+				err = fmt.Errorf("%w: %s: %v", errTransport, b.pid.Address, err)
+			} else {
+				b.packs.Store(rep.TakesPacked)
+			}
 		}
 	}
 	if err != nil {

@@ -128,83 +128,88 @@ func checkBatcher(t *testing.T, b *batcher, out [][]*batchItem) {
 	}
 }
 
-// A shard that says it takes packed batches gets the next ones packed; a packed
-// batch it refuses as a whole fails every create of it (Create then tries each
-// alone, plain) and turns packing off towards that shard.
+// A shard that says it reads packed batches gets the next ones packed. A reply to
+// a packed batch without that word is from a shard that predates the form (it saw
+// an empty batch): every create of it fails (Create then tries each alone, plain)
+// and the next batch goes plain. A packed batch refused as a whole fails every
+// create and turns packing off towards that shard for good.
 func TestBatchGoesPackedOnceTheShardSaysSo(t *testing.T) {
 	sys := actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(actorLogger(slog.New(slog.DiscardHandler), slog.LevelWarn))))
 	defer sys.Shutdown()
 	var mu sync.Mutex
 	var got []string
-	var refuse atomic.Bool
-	sent := func(form string) {
+	var mode atomic.Int32 // 0: reads packed; 1: predates it; 2: refuses packed batches
+	answer := func(ctx actor.Context, jobs []*messages.CreateJob, lean, takes bool) {
+		replies := make([]*messages.JobReply, len(jobs))
+		for i, x := range jobs {
+			replies[i] = &messages.JobReply{Job: proto.Clone(x.Job).(*messages.Job)}
+		}
+		out := &messages.CreateJobsReply{Replies: replies}
+		if lean {
+			out = messages.Lean(jobs, replies)
+		}
+		out.TakesPacked = takes
+		ctx.Respond(out)
+	}
+	pid := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		m, ok := ctx.Message().(*messages.CreateJobs)
+		if !ok {
+			return
+		}
+		form := "plain"
+		if len(m.Packed) > 0 {
+			form = "packed"
+		}
 		mu.Lock()
 		got = append(got, form)
 		mu.Unlock()
-	}
-	pid := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		switch m := ctx.Message().(type) {
-		case *messages.CreateJobs:
-			sent("plain")
-			replies := make([]*messages.JobReply, len(m.Jobs))
-			for i, x := range m.Jobs {
-				replies[i] = &messages.JobReply{Job: proto.Clone(x.Job).(*messages.Job)}
-			}
-			out := messages.Lean(m.Jobs, replies)
-			out.TakesPacked = true
-			ctx.Respond(out)
-		case *messages.CreateJobsPacked:
-			sent("packed")
-			if refuse.Load() {
-				ctx.Respond(&messages.CreateJobsReply{Error: &messages.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "data"}})
-				return
-			}
-			b, err := m.Unpack()
+		switch {
+		case mode.Load() == 1: // an old shard: packed is an unknown field, the batch empty
+			answer(ctx, m.Jobs, m.LeanReplies, false)
+		case form == "packed" && mode.Load() == 2:
+			ctx.Respond(&messages.CreateJobsReply{Error: &messages.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "packed"}})
+		default:
+			b, err := m.Unpacked()
 			if err != nil {
 				t.Errorf("unpack: %v", err)
 				return
 			}
-			replies := make([]*messages.JobReply, len(b.Jobs))
-			for i, x := range b.Jobs {
-				replies[i] = &messages.JobReply{Job: proto.Clone(x.Job).(*messages.Job)}
-			}
-			ctx.Respond(messages.Lean(b.Jobs, replies))
+			answer(ctx, b.Jobs, b.LeanReplies, true)
 		}
 	}))
 	c := &Client{system: sys, routes: map[string][]*messages.RouteEntry{}}
 	b := &batcher{c: c, pid: pid}
-	batch := func() []*batchItem {
-		var out []*batchItem
+	round := func(wantFail bool) {
+		t.Helper()
+		var items []*batchItem
 		for i := range 3 {
-			out = append(out, &batchItem{m: &messages.CreateJob{RequestId: int64(i + 1), Job: &messages.Job{Id: int64(i + 1), App: "a", Handler: "h",
+			items = append(items, &batchItem{m: &messages.CreateJob{RequestId: int64(i + 1), Job: &messages.Job{Id: int64(i + 1), App: "a", Handler: "h",
 				Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: 5}}}, done: make(chan batchResult, 1)})
 		}
-		return out
-	}
-	check := func(items []*batchItem, fail bool) {
-		t.Helper()
+		b.send(items)
 		for i, it := range items {
 			r := <-it.done
-			if fail != (r.err != nil) || (!fail && r.reply.GetJob().GetId() != int64(i+1)) {
-				t.Fatalf("create %d: %v, %v (want failed: %v)", i, r.reply, r.err, fail)
+			if wantFail != (r.err != nil) || (!wantFail && r.reply.GetJob().GetId() != int64(i+1)) {
+				t.Fatalf("create %d: %v, %v (want failed: %v)", i, r.reply, r.err, wantFail)
 			}
 		}
 	}
-	for range 2 {
-		items := batch()
-		b.send(items)
-		check(items, false)
-	}
-	refuse.Store(true)
-	items := batch()
-	b.send(items)
-	check(items, true)
-	items = batch()
-	b.send(items)
-	check(items, false) // plain again, which the shard takes, saying again that it takes packed
+	round(false) // plain; the shard says it reads packed
+	round(false) // packed
+	mode.Store(1)
+	round(true)  // packed, to a shard that predates it: not read
+	round(false) // plain again
+	mode.Store(0)
+	round(false) // plain; the shard says it reads packed again
+	round(false) // packed
+	mode.Store(2)
+	round(true) // packed, refused
+	mode.Store(0)
+	round(false) // plain, and it says it reads packed: no matter
+	round(false) // plain
 	mu.Lock()
 	defer mu.Unlock()
-	if fmt.Sprint(got) != "[plain packed packed plain]" || b.packs.Load() != true || c.PackedBatches() != 2 {
-		t.Fatalf("sent %v, packs %v, %d packed", got, b.packs.Load(), c.PackedBatches())
+	if want := "[plain packed packed plain plain packed packed plain plain]"; fmt.Sprint(got) != want || c.PackedBatches() != 4 {
+		t.Fatalf("sent %v, want %s; %d counted packed", got, want, c.PackedBatches())
 	}
 }

@@ -4,12 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
-// The packed form of a CreateJobs (CreateJobsPacked.data), version 1:
+// The packed form of a CreateJobs (CreateJobs.packed), version 1:
 //
 //	byte    1 (the version)
 //	byte    flags: 1 = lean_replies
@@ -29,8 +30,11 @@ import (
 // Strings and bytes are a varint length and the bytes; an int64 is the varint of
 // its two's complement (as protobuf writes int64). PackCreateJobs packs only
 // messages whose every field it knows (packedFieldsKnown), with no unknown fields
-// kept from a newer sender, so a packed batch unpacks to a CreateJobs equal to the
-// one packed (proto.Equal); any other goes plain.
+// kept from a newer sender and valid UTF-8 in every string (what protobuf demands
+// of a string field), so a packed batch unpacks to a CreateJobs equal to the one
+// packed (proto.Equal); any other goes plain. Unpacking refuses what protobuf
+// would: invalid UTF-8 in a string never reaches the shard (whose journal record
+// would not marshal).
 const packedVersion = 1
 
 const (
@@ -41,7 +45,7 @@ const (
 	packedHasPolicy
 )
 
-// ErrPacked is the error of a CreateJobsPacked that does not unpack.
+// ErrPacked is the error of a packed batch that does not unpack.
 var ErrPacked = errors.New("messages: packed create batch")
 
 // packedFieldsKnown reports whether CreateJobs, CreateJob, Job and Schedule have
@@ -49,13 +53,14 @@ var ErrPacked = errors.New("messages: packed create batch")
 // turns packing off (batches go plain) instead of being dropped on the way.
 var packedFieldsKnown = sync.OnceValue(func() bool {
 	n := func(m proto.Message) int { return m.ProtoReflect().Descriptor().Fields().Len() }
-	return n(&CreateJobs{}) == 2 && n(&CreateJob{}) == 2 && n(&Job{}) == 15 && n(&Schedule{}) == 10
+	return n(&CreateJobs{}) == 3 && n(&CreateJob{}) == 2 && n(&Job{}) == 15 && n(&Schedule{}) == 10
 })
 
-// PackCreateJobs returns m in the packed form, or nil when m cannot be packed (a
-// field the packed form does not know, or unknown fields m carries): send m plain.
-func PackCreateJobs(m *CreateJobs) *CreateJobsPacked {
-	if !packedFieldsKnown() || len(m.unknownFields) > 0 {
+// PackCreateJobs returns m in the packed form (a CreateJobs with only packed set),
+// or nil when m cannot be packed (a field the packed form does not know, unknown
+// fields m carries, a string that is not UTF-8, or m packed already): send m plain.
+func PackCreateJobs(m *CreateJobs) *CreateJobs {
+	if !packedFieldsKnown() || len(m.unknownFields) > 0 || len(m.Packed) > 0 {
 		return nil
 	}
 	size := 3 + protowire.SizeVarint(uint64(len(m.Jobs)))
@@ -67,6 +72,10 @@ func PackCreateJobs(m *CreateJobs) *CreateJobsPacked {
 		j := c.Job
 		if len(c.unknownFields) > 0 || (j != nil && len(j.unknownFields) > 0) || (j != nil && j.Schedule != nil && len(j.Schedule.unknownFields) > 0) {
 			return nil
+		}
+		if j != nil && (!utf8.ValidString(j.App) || !utf8.ValidString(j.Handler) ||
+			!utf8.ValidString(j.GetSchedule().GetCron()) || !utf8.ValidString(j.GetSchedule().GetTz())) {
+			return nil // plain, which protobuf refuses to marshal, as before
 		}
 		// A guess that fits a one-shot's create (small ints are one byte); append
 		// grows the buffer for the rest.
@@ -134,16 +143,23 @@ func PackCreateJobs(m *CreateJobs) *CreateJobsPacked {
 			b = protowire.AppendBytes(b, p)
 		}
 	}
-	return &CreateJobsPacked{Data: b}
+	return &CreateJobs{Packed: b}
 }
 
-// Unpack returns the CreateJobs p stands for, or an error wrapping ErrPacked that
-// says where the data is off. The creates' CreateJob and Job structs share two
-// arrays (a batch is read, applied and dropped); the app and handler strings are
+// Unpacked returns the CreateJobs m stands for: m itself when it is not packed,
+// else the batch in m.packed, or an error wrapping ErrPacked that says where the
+// data is off. The creates' CreateJob structs share an array, and their Job structs
+// a few (a batch is read, applied and dropped); the app and handler strings are
 // shared by the creates that repeat them; params, schedules and policies are each
 // their own, as a shard may keep them.
-func (p *CreateJobsPacked) Unpack() (*CreateJobs, error) {
-	d := &packedReader{b: p.Data}
+func (m *CreateJobs) Unpacked() (*CreateJobs, error) {
+	if len(m.Packed) == 0 {
+		return m, nil
+	}
+	if len(m.Jobs) > 0 || m.LeanReplies {
+		return nil, fmt.Errorf("%w: packed beside %d plain creates", ErrPacked, len(m.Jobs))
+	}
+	d := &packedReader{b: m.Packed}
 	if len(d.b) < 2 {
 		return nil, fmt.Errorf("%w: %d bytes, shorter than its header", ErrPacked, len(d.b))
 	}
@@ -153,7 +169,7 @@ func (p *CreateJobsPacked) Unpack() (*CreateJobs, error) {
 	if d.b[1]&^1 != 0 {
 		return nil, fmt.Errorf("%w: unknown flags %#x", ErrPacked, d.b[1])
 	}
-	m := &CreateJobs{LeanReplies: d.b[1] == 1}
+	out := &CreateJobs{LeanReplies: d.b[1] == 1}
 	d.b = d.b[2:]
 	n := d.varint("creates")
 	if d.err == nil && n > uint64(len(d.b))/2 { // each create takes two bytes at least
@@ -163,12 +179,12 @@ func (p *CreateJobsPacked) Unpack() (*CreateJobs, error) {
 		return nil, d.err
 	}
 	cs := make([]CreateJob, n)
-	js := make([]Job, n)
-	m.Jobs = make([]*CreateJob, n)
+	out.Jobs = make([]*CreateJob, n)
+	var js []Job // Jobs in blocks as they come: a create without one takes two bytes, a Job 192
 	var app, handler string
 	for i := range cs {
 		c := &cs[i]
-		m.Jobs[i] = c
+		out.Jobs[i] = c
 		c.RequestId = int64(d.varint("request_id"))
 		has := d.byte("present")
 		if d.err != nil {
@@ -180,7 +196,11 @@ func (p *CreateJobsPacked) Unpack() (*CreateJobs, error) {
 		if has&packedHasJob == 0 {
 			continue
 		}
-		j := &js[i]
+		if len(js) == cap(js) {
+			js = make([]Job, 0, min(64, int(n)-i))
+		}
+		js = js[:len(js)+1]
+		j := &js[len(js)-1]
 		c.Job = j
 		if has&packedNewApp != 0 {
 			app = d.string("app")
@@ -222,7 +242,7 @@ func (p *CreateJobsPacked) Unpack() (*CreateJobs, error) {
 	if len(d.b) != 0 {
 		return nil, fmt.Errorf("%w: %d bytes after the last create", ErrPacked, len(d.b))
 	}
-	return m, nil
+	return out, nil
 }
 
 // packedReader reads the packed form; its first error sticks, and every read after
@@ -275,4 +295,13 @@ func (r *packedReader) bytes(what string) []byte {
 	return v
 }
 
-func (r *packedReader) string(what string) string { return string(r.bytes(what)) }
+// string reads a string, which must be UTF-8 (as protobuf demands of its strings).
+func (r *packedReader) string(what string) string {
+	b := r.bytes(what)
+	if r.err == nil && !utf8.Valid(b) {
+		r.err = fmt.Errorf("%w: %s is not valid UTF-8", ErrPacked, what)
+		r.b = nil
+		return ""
+	}
+	return string(b)
+}

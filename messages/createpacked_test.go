@@ -68,11 +68,14 @@ func TestPackedCreateJobsRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got CreateJobsPacked
+		var got CreateJobs
 		if err := proto.Unmarshal(wire, &got); err != nil {
 			t.Fatal(err)
 		}
-		u, err := got.Unpack()
+		if len(got.Jobs) != 0 || got.LeanReplies {
+			t.Fatalf("round %d: the packed form carries %d plain creates", round, len(got.Jobs))
+		}
+		u, err := got.Unpacked()
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
@@ -96,15 +99,17 @@ func TestPackedCreateJobsRoundTrip(t *testing.T) {
 }
 
 // A message with unknown fields (from a newer sender) is not packed: packing would
-// drop them.
+// drop them. Nor is one with a string that is not UTF-8, which protobuf refuses.
 func TestPackedCreateJobsKeepsUnknownFieldsPlain(t *testing.T) {
 	unknown := protowire.AppendTag(nil, 99, protowire.VarintType)
 	unknown = protowire.AppendVarint(unknown, 7)
 	cases := map[string]func(m *CreateJobs){
-		"batch":    func(m *CreateJobs) { m.ProtoReflect().SetUnknown(unknown) },
-		"create":   func(m *CreateJobs) { m.Jobs[1].ProtoReflect().SetUnknown(unknown) },
-		"job":      func(m *CreateJobs) { m.Jobs[1].Job.ProtoReflect().SetUnknown(unknown) },
-		"schedule": func(m *CreateJobs) { m.Jobs[1].Job.Schedule.ProtoReflect().SetUnknown(unknown) },
+		"batch":             func(m *CreateJobs) { m.ProtoReflect().SetUnknown(unknown) },
+		"create":            func(m *CreateJobs) { m.Jobs[1].ProtoReflect().SetUnknown(unknown) },
+		"job":               func(m *CreateJobs) { m.Jobs[1].Job.ProtoReflect().SetUnknown(unknown) },
+		"schedule":          func(m *CreateJobs) { m.Jobs[1].Job.Schedule.ProtoReflect().SetUnknown(unknown) },
+		"non-UTF-8 handler": func(m *CreateJobs) { m.Jobs[1].Job.Handler = "h\xff" },
+		"non-UTF-8 tz":      func(m *CreateJobs) { m.Jobs[1].Job.Schedule.Tz = "\xc0" },
 	}
 	for name, set := range cases {
 		m := &CreateJobs{Jobs: []*CreateJob{
@@ -116,7 +121,7 @@ func TestPackedCreateJobsKeepsUnknownFieldsPlain(t *testing.T) {
 		}
 		set(m)
 		if p := PackCreateJobs(m); p != nil {
-			t.Fatalf("%s: a batch with unknown fields was packed", name)
+			t.Fatalf("%s: the batch was packed", name)
 		}
 	}
 	if !packedFieldsKnown() {
@@ -130,27 +135,36 @@ func TestPackedCreateJobsKeepsUnknownFieldsPlain(t *testing.T) {
 func TestPackedCreateJobsRefusesBadData(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	m := packedTestBatch(r, 40)
-	good := PackCreateJobs(m).Data
-	for cut := range len(good) {
-		u, err := (&CreateJobsPacked{Data: good[:cut]}).Unpack()
+	good := PackCreateJobs(m).Packed
+	unpack := func(b []byte) (*CreateJobs, error) { return (&CreateJobs{Packed: b}).Unpacked() }
+	for cut := 1; cut < len(good); cut++ { // (cut 0: not packed at all)
+		u, err := unpack(good[:cut])
 		if err == nil || !errors.Is(err, ErrPacked) {
 			t.Fatalf("cut at %d of %d: %v, %d creates", cut, len(good), err, len(u.GetJobs()))
 		}
 	}
-	if _, err := (&CreateJobsPacked{Data: append(append([]byte(nil), good...), 0)}).Unpack(); !errors.Is(err, ErrPacked) {
+	if _, err := unpack(append(append([]byte(nil), good...), 0)); !errors.Is(err, ErrPacked) {
 		t.Fatalf("a trailing byte: %v", err)
 	}
-	for _, bad := range [][]byte{nil, {2, 0, 0}, {1, 2, 0}, {1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}, {1, 0, 1, 0, 0x40}, {1, 0, 1, 0, 2}} {
-		if _, err := (&CreateJobsPacked{Data: bad}).Unpack(); !errors.Is(err, ErrPacked) {
+	for _, bad := range [][]byte{{1}, {2, 0, 0}, {1, 2, 0}, {1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}, {1, 0, 1, 0, 0x40}, {1, 0, 1, 0, 2},
+		{1, 0, 1, 0, 3, 2, 0xff, 0xfe}, // an app that is not UTF-8
+	} {
+		if _, err := unpack(bad); !errors.Is(err, ErrPacked) {
 			t.Fatalf("%x: %v", bad, err)
 		}
+	}
+	if _, err := (&CreateJobs{Packed: good, Jobs: m.Jobs[:1]}).Unpacked(); !errors.Is(err, ErrPacked) {
+		t.Fatalf("packed beside plain creates: %v", err)
+	}
+	if u, err := (&CreateJobs{Jobs: m.Jobs}).Unpacked(); err != nil || u.Jobs[0] != m.Jobs[0] {
+		t.Fatalf("a plain batch unpacked: %v", err)
 	}
 	for range 20_000 { // flipped bytes: an error, or a batch (of other values) that packs and unpacks to itself
 		b := append([]byte(nil), good...)
 		for range 1 + r.IntN(3) {
 			b[r.IntN(len(b))] ^= byte(1 + r.IntN(255))
 		}
-		u, err := (&CreateJobsPacked{Data: b}).Unpack()
+		u, err := unpack(b)
 		if err != nil {
 			if !errors.Is(err, ErrPacked) {
 				t.Fatalf("not ErrPacked: %v", err)
@@ -161,7 +175,7 @@ func TestPackedCreateJobsRefusesBadData(t *testing.T) {
 		if p == nil {
 			t.Fatalf("flipped data unpacked to a batch that does not pack")
 		}
-		if u2, err := p.Unpack(); err != nil || !proto.Equal(u, u2) {
+		if u2, err := p.Unpacked(); err != nil || !proto.Equal(u, u2) {
 			t.Fatalf("flipped data unpacked to a batch that does not go round: %v", err)
 		}
 	}
@@ -196,9 +210,9 @@ func BenchmarkCreateJobsWire(b *testing.B) {
 	b.Run("packed-unmarshal", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			var p CreateJobsPacked
+			var p CreateJobs
 			_ = proto.Unmarshal(packed, &p)
-			_, _ = p.Unpack()
+			_, _ = p.Unpacked()
 		}
 	})
 	b.ReportMetric(float64(len(plain)), "plain-bytes")

@@ -1616,10 +1616,23 @@ func (x *JobReply) GetJob() *Job {
 // empty (zero for every create) or holds one entry per create of the batch, zero
 // at the indexes in full_at. The request_id of a job (journal only) is not in a
 // stamp. messages.Lean and CreateJobsReply.Expand build and read this form.
+//
+// With packed set, jobs and lean_replies are empty and the batch is in packed: kjob's
+// own encoding of a CreateJobs (messages.PackCreateJobs, CreateJobs.Unpacked),
+// which a shard handles as the CreateJobs it stands for. proto.actor's remote
+// layer marshals every message with protobuf on the one endpoint goroutine of each
+// connection, where a CreateJobs of 52 creates takes about 15 µs to marshal and
+// 20 µs and 320 allocations to unmarshal: packed, the client encodes it on its own
+// goroutine (6 µs), the remote layer copies one bytes field, and the shard decodes
+// it (12 µs) with the app and handler strings shared and about two allocations a
+// create (BenchmarkCreateJobsWire; BENCHMARKS.md, 2026-12-06). A shard that
+// predates the field sees an empty batch and answers it without takes_packed,
+// which the client takes as a refusal.
 type CreateJobs struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Jobs          []*CreateJob           `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
 	LeanReplies   bool                   `protobuf:"varint,2,opt,name=lean_replies,json=leanReplies,proto3" json:"lean_replies,omitempty"`
+	Packed        []byte                 `protobuf:"bytes,3,opt,name=packed,proto3" json:"packed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1668,6 +1681,13 @@ func (x *CreateJobs) GetLeanReplies() bool {
 	return false
 }
 
+func (x *CreateJobs) GetPacked() []byte {
+	if x != nil {
+		return x.Packed
+	}
+	return nil
+}
+
 type CreateJobsReply struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Replies      []*JobReply            `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`                           // without lean_replies: one per create, in order
@@ -1680,9 +1700,9 @@ type CreateJobsReply struct {
 	Runs         []int64                `protobuf:"varint,8,rep,packed,name=runs,proto3" json:"runs,omitempty"`
 	LastDueMs    []int64                `protobuf:"varint,9,rep,packed,name=last_due_ms,json=lastDueMs,proto3" json:"last_due_ms,omitempty"`
 	LastFinishMs []int64                `protobuf:"varint,10,rep,packed,name=last_finish_ms,json=lastFinishMs,proto3" json:"last_finish_ms,omitempty"`
-	// The shard takes CreateJobsPacked: a client sends its later batches to this
-	// shard packed (it sends the first plain, since a server that predates the packed
-	// form cannot read it).
+	// The shard reads packed batches (CreateJobs.packed): a client sends its later
+	// batches to this shard packed. A reply to a packed batch without it is from a
+	// shard that predates the field, which applied nothing.
 	TakesPacked bool `protobuf:"varint,11,opt,name=takes_packed,json=takesPacked,proto3" json:"takes_packed,omitempty"`
 	// The batch was refused as a whole, none of it applied (a packed batch that does
 	// not decode): the client tries each create again alone.
@@ -1805,58 +1825,6 @@ func (x *CreateJobsReply) GetError() *Error {
 	return nil
 }
 
-// CreateJobsPacked is a CreateJobs in kjob's own encoding (messages.PackCreateJobs,
-// CreateJobsPacked.Unpack), which a shard reads as the CreateJobs it stands for.
-// proto.actor's remote layer marshals every message with protobuf on the one
-// endpoint goroutine of each connection, where a CreateJobs of 52 creates takes
-// about 15 µs to marshal and 20 µs and 320 allocations to unmarshal: packed, the
-// client encodes it on its own goroutine (6 µs), the remote layer copies one bytes
-// field, and the shard decodes it (12 µs) with the app and handler strings shared
-// and two allocations a create (BenchmarkCreateJobsWire; BENCHMARKS.md, 2026-12-06).
-type CreateJobsPacked struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CreateJobsPacked) Reset() {
-	*x = CreateJobsPacked{}
-	mi := &file_kjob_proto_msgTypes[17]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CreateJobsPacked) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CreateJobsPacked) ProtoMessage() {}
-
-func (x *CreateJobsPacked) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[17]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CreateJobsPacked.ProtoReflect.Descriptor instead.
-func (*CreateJobsPacked) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{17}
-}
-
-func (x *CreateJobsPacked) GetData() []byte {
-	if x != nil {
-		return x.Data
-	}
-	return nil
-}
-
 // Batches between a shard and a worker: what a shard releases in one step for one
 // worker goes as one message, and so do the results a worker has ready at once.
 // Each element is handled as if it came alone, in order.
@@ -1869,7 +1837,7 @@ type Dispatches struct {
 
 func (x *Dispatches) Reset() {
 	*x = Dispatches{}
-	mi := &file_kjob_proto_msgTypes[18]
+	mi := &file_kjob_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +1849,7 @@ func (x *Dispatches) String() string {
 func (*Dispatches) ProtoMessage() {}
 
 func (x *Dispatches) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[18]
+	mi := &file_kjob_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +1862,7 @@ func (x *Dispatches) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatches.ProtoReflect.Descriptor instead.
 func (*Dispatches) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{18}
+	return file_kjob_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Dispatches) GetDispatches() []*Dispatch {
@@ -1913,7 +1881,7 @@ type ResultAcks struct {
 
 func (x *ResultAcks) Reset() {
 	*x = ResultAcks{}
-	mi := &file_kjob_proto_msgTypes[19]
+	mi := &file_kjob_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +1893,7 @@ func (x *ResultAcks) String() string {
 func (*ResultAcks) ProtoMessage() {}
 
 func (x *ResultAcks) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[19]
+	mi := &file_kjob_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +1906,7 @@ func (x *ResultAcks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAcks.ProtoReflect.Descriptor instead.
 func (*ResultAcks) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{19}
+	return file_kjob_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResultAcks) GetAcks() []*ResultAck {
@@ -1957,7 +1925,7 @@ type RunResults struct {
 
 func (x *RunResults) Reset() {
 	*x = RunResults{}
-	mi := &file_kjob_proto_msgTypes[20]
+	mi := &file_kjob_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +1937,7 @@ func (x *RunResults) String() string {
 func (*RunResults) ProtoMessage() {}
 
 func (x *RunResults) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[20]
+	mi := &file_kjob_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +1950,7 @@ func (x *RunResults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResults.ProtoReflect.Descriptor instead.
 func (*RunResults) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{20}
+	return file_kjob_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunResults) GetResults() []*RunResult {
@@ -2003,7 +1971,7 @@ type ListJobsReply struct {
 
 func (x *ListJobsReply) Reset() {
 	*x = ListJobsReply{}
-	mi := &file_kjob_proto_msgTypes[21]
+	mi := &file_kjob_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +1983,7 @@ func (x *ListJobsReply) String() string {
 func (*ListJobsReply) ProtoMessage() {}
 
 func (x *ListJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[21]
+	mi := &file_kjob_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +1996,7 @@ func (x *ListJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsReply.ProtoReflect.Descriptor instead.
 func (*ListJobsReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{21}
+	return file_kjob_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListJobsReply) GetError() *Error {
@@ -2062,7 +2030,7 @@ type RunsReply struct {
 
 func (x *RunsReply) Reset() {
 	*x = RunsReply{}
-	mi := &file_kjob_proto_msgTypes[22]
+	mi := &file_kjob_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2042,7 @@ func (x *RunsReply) String() string {
 func (*RunsReply) ProtoMessage() {}
 
 func (x *RunsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[22]
+	mi := &file_kjob_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2055,7 @@ func (x *RunsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunsReply.ProtoReflect.Descriptor instead.
 func (*RunsReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{22}
+	return file_kjob_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunsReply) GetError() *Error {
@@ -2125,7 +2093,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_kjob_proto_msgTypes[23]
+	mi := &file_kjob_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2105,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[23]
+	mi := &file_kjob_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2118,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{23}
+	return file_kjob_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -2262,7 +2230,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_kjob_proto_msgTypes[24]
+	mi := &file_kjob_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2274,7 +2242,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[24]
+	mi := &file_kjob_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2287,7 +2255,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{24}
+	return file_kjob_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeadLetter) GetRunId() string {
@@ -2371,7 +2339,7 @@ type ListDeadLetters struct {
 
 func (x *ListDeadLetters) Reset() {
 	*x = ListDeadLetters{}
-	mi := &file_kjob_proto_msgTypes[25]
+	mi := &file_kjob_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2351,7 @@ func (x *ListDeadLetters) String() string {
 func (*ListDeadLetters) ProtoMessage() {}
 
 func (x *ListDeadLetters) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[25]
+	mi := &file_kjob_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2364,7 @@ func (x *ListDeadLetters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLetters.ProtoReflect.Descriptor instead.
 func (*ListDeadLetters) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{25}
+	return file_kjob_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListDeadLetters) GetApp() string {
@@ -2431,7 +2399,7 @@ type DeadLettersReply struct {
 
 func (x *DeadLettersReply) Reset() {
 	*x = DeadLettersReply{}
-	mi := &file_kjob_proto_msgTypes[26]
+	mi := &file_kjob_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2411,7 @@ func (x *DeadLettersReply) String() string {
 func (*DeadLettersReply) ProtoMessage() {}
 
 func (x *DeadLettersReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[26]
+	mi := &file_kjob_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2424,7 @@ func (x *DeadLettersReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLettersReply.ProtoReflect.Descriptor instead.
 func (*DeadLettersReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{26}
+	return file_kjob_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeadLettersReply) GetError() *Error {
@@ -2490,7 +2458,7 @@ type GetDeadLetter struct {
 
 func (x *GetDeadLetter) Reset() {
 	*x = GetDeadLetter{}
-	mi := &file_kjob_proto_msgTypes[27]
+	mi := &file_kjob_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2470,7 @@ func (x *GetDeadLetter) String() string {
 func (*GetDeadLetter) ProtoMessage() {}
 
 func (x *GetDeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[27]
+	mi := &file_kjob_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2483,7 @@ func (x *GetDeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDeadLetter.ProtoReflect.Descriptor instead.
 func (*GetDeadLetter) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{27}
+	return file_kjob_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetDeadLetter) GetApp() string {
@@ -2543,7 +2511,7 @@ type ReplayDeadLetter struct {
 
 func (x *ReplayDeadLetter) Reset() {
 	*x = ReplayDeadLetter{}
-	mi := &file_kjob_proto_msgTypes[28]
+	mi := &file_kjob_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2555,7 +2523,7 @@ func (x *ReplayDeadLetter) String() string {
 func (*ReplayDeadLetter) ProtoMessage() {}
 
 func (x *ReplayDeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[28]
+	mi := &file_kjob_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2568,7 +2536,7 @@ func (x *ReplayDeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetter.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetter) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{28}
+	return file_kjob_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplayDeadLetter) GetApp() string {
@@ -2603,7 +2571,7 @@ type PurgeDeadLetters struct {
 
 func (x *PurgeDeadLetters) Reset() {
 	*x = PurgeDeadLetters{}
-	mi := &file_kjob_proto_msgTypes[29]
+	mi := &file_kjob_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2615,7 +2583,7 @@ func (x *PurgeDeadLetters) String() string {
 func (*PurgeDeadLetters) ProtoMessage() {}
 
 func (x *PurgeDeadLetters) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[29]
+	mi := &file_kjob_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2628,7 +2596,7 @@ func (x *PurgeDeadLetters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLetters.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLetters) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{29}
+	return file_kjob_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PurgeDeadLetters) GetApp() string {
@@ -2663,7 +2631,7 @@ type DeadLetterReply struct {
 
 func (x *DeadLetterReply) Reset() {
 	*x = DeadLetterReply{}
-	mi := &file_kjob_proto_msgTypes[30]
+	mi := &file_kjob_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2675,7 +2643,7 @@ func (x *DeadLetterReply) String() string {
 func (*DeadLetterReply) ProtoMessage() {}
 
 func (x *DeadLetterReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[30]
+	mi := &file_kjob_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2688,7 +2656,7 @@ func (x *DeadLetterReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetterReply.ProtoReflect.Descriptor instead.
 func (*DeadLetterReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{30}
+	return file_kjob_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeadLetterReply) GetError() *Error {
@@ -2733,7 +2701,7 @@ type Dispatch struct {
 
 func (x *Dispatch) Reset() {
 	*x = Dispatch{}
-	mi := &file_kjob_proto_msgTypes[31]
+	mi := &file_kjob_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2745,7 +2713,7 @@ func (x *Dispatch) String() string {
 func (*Dispatch) ProtoMessage() {}
 
 func (x *Dispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[31]
+	mi := &file_kjob_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2758,7 +2726,7 @@ func (x *Dispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatch.ProtoReflect.Descriptor instead.
 func (*Dispatch) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{31}
+	return file_kjob_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Dispatch) GetRunId() string {
@@ -2873,7 +2841,7 @@ type RunResult struct {
 
 func (x *RunResult) Reset() {
 	*x = RunResult{}
-	mi := &file_kjob_proto_msgTypes[32]
+	mi := &file_kjob_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +2853,7 @@ func (x *RunResult) String() string {
 func (*RunResult) ProtoMessage() {}
 
 func (x *RunResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[32]
+	mi := &file_kjob_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +2866,7 @@ func (x *RunResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResult.ProtoReflect.Descriptor instead.
 func (*RunResult) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{32}
+	return file_kjob_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RunResult) GetRunId() string {
@@ -3002,7 +2970,7 @@ type ResultAck struct {
 
 func (x *ResultAck) Reset() {
 	*x = ResultAck{}
-	mi := &file_kjob_proto_msgTypes[33]
+	mi := &file_kjob_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3014,7 +2982,7 @@ func (x *ResultAck) String() string {
 func (*ResultAck) ProtoMessage() {}
 
 func (x *ResultAck) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[33]
+	mi := &file_kjob_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3027,7 +2995,7 @@ func (x *ResultAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAck.ProtoReflect.Descriptor instead.
 func (*ResultAck) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{33}
+	return file_kjob_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResultAck) GetRunId() string {
@@ -3052,7 +3020,7 @@ type ShardLoad struct {
 
 func (x *ShardLoad) Reset() {
 	*x = ShardLoad{}
-	mi := &file_kjob_proto_msgTypes[34]
+	mi := &file_kjob_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3064,7 +3032,7 @@ func (x *ShardLoad) String() string {
 func (*ShardLoad) ProtoMessage() {}
 
 func (x *ShardLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[34]
+	mi := &file_kjob_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3077,7 +3045,7 @@ func (x *ShardLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardLoad.ProtoReflect.Descriptor instead.
 func (*ShardLoad) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{34}
+	return file_kjob_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ShardLoad) GetShard() string {
@@ -3148,7 +3116,7 @@ type ServerHeartbeat struct {
 
 func (x *ServerHeartbeat) Reset() {
 	*x = ServerHeartbeat{}
-	mi := &file_kjob_proto_msgTypes[35]
+	mi := &file_kjob_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3160,7 +3128,7 @@ func (x *ServerHeartbeat) String() string {
 func (*ServerHeartbeat) ProtoMessage() {}
 
 func (x *ServerHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[35]
+	mi := &file_kjob_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3173,7 +3141,7 @@ func (x *ServerHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerHeartbeat.ProtoReflect.Descriptor instead.
 func (*ServerHeartbeat) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{35}
+	return file_kjob_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ServerHeartbeat) GetServerId() string {
@@ -3266,7 +3234,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_kjob_proto_msgTypes[36]
+	mi := &file_kjob_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3278,7 +3246,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[36]
+	mi := &file_kjob_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3291,7 +3259,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{36}
+	return file_kjob_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WorkerInfo) GetWorkerId() string {
@@ -3339,7 +3307,7 @@ type WorkerHeartbeat struct {
 
 func (x *WorkerHeartbeat) Reset() {
 	*x = WorkerHeartbeat{}
-	mi := &file_kjob_proto_msgTypes[37]
+	mi := &file_kjob_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3351,7 +3319,7 @@ func (x *WorkerHeartbeat) String() string {
 func (*WorkerHeartbeat) ProtoMessage() {}
 
 func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[37]
+	mi := &file_kjob_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3364,7 +3332,7 @@ func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHeartbeat.ProtoReflect.Descriptor instead.
 func (*WorkerHeartbeat) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{37}
+	return file_kjob_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WorkerHeartbeat) GetWorker() *WorkerInfo {
@@ -3391,7 +3359,7 @@ type WorkerLeft struct {
 
 func (x *WorkerLeft) Reset() {
 	*x = WorkerLeft{}
-	mi := &file_kjob_proto_msgTypes[38]
+	mi := &file_kjob_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3371,7 @@ func (x *WorkerLeft) String() string {
 func (*WorkerLeft) ProtoMessage() {}
 
 func (x *WorkerLeft) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[38]
+	mi := &file_kjob_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3384,7 @@ func (x *WorkerLeft) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLeft.ProtoReflect.Descriptor instead.
 func (*WorkerLeft) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{38}
+	return file_kjob_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WorkerLeft) GetWorkerId() string {
@@ -3448,7 +3416,7 @@ type RouteEntry struct {
 
 func (x *RouteEntry) Reset() {
 	*x = RouteEntry{}
-	mi := &file_kjob_proto_msgTypes[39]
+	mi := &file_kjob_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3460,7 +3428,7 @@ func (x *RouteEntry) String() string {
 func (*RouteEntry) ProtoMessage() {}
 
 func (x *RouteEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[39]
+	mi := &file_kjob_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3473,7 +3441,7 @@ func (x *RouteEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteEntry.ProtoReflect.Descriptor instead.
 func (*RouteEntry) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{39}
+	return file_kjob_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RouteEntry) GetShard() string {
@@ -3535,7 +3503,7 @@ type AppWorkers struct {
 
 func (x *AppWorkers) Reset() {
 	*x = AppWorkers{}
-	mi := &file_kjob_proto_msgTypes[40]
+	mi := &file_kjob_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3547,7 +3515,7 @@ func (x *AppWorkers) String() string {
 func (*AppWorkers) ProtoMessage() {}
 
 func (x *AppWorkers) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[40]
+	mi := &file_kjob_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3560,7 +3528,7 @@ func (x *AppWorkers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppWorkers.ProtoReflect.Descriptor instead.
 func (*AppWorkers) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{40}
+	return file_kjob_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AppWorkers) GetApp() string {
@@ -3591,7 +3559,7 @@ type RouteTable struct {
 
 func (x *RouteTable) Reset() {
 	*x = RouteTable{}
-	mi := &file_kjob_proto_msgTypes[41]
+	mi := &file_kjob_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +3571,7 @@ func (x *RouteTable) String() string {
 func (*RouteTable) ProtoMessage() {}
 
 func (x *RouteTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[41]
+	mi := &file_kjob_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +3584,7 @@ func (x *RouteTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteTable.ProtoReflect.Descriptor instead.
 func (*RouteTable) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{41}
+	return file_kjob_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RouteTable) GetVersion() int64 {
@@ -3672,7 +3640,7 @@ type GetRoutes struct {
 
 func (x *GetRoutes) Reset() {
 	*x = GetRoutes{}
-	mi := &file_kjob_proto_msgTypes[42]
+	mi := &file_kjob_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3684,7 +3652,7 @@ func (x *GetRoutes) String() string {
 func (*GetRoutes) ProtoMessage() {}
 
 func (x *GetRoutes) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[42]
+	mi := &file_kjob_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3697,7 +3665,7 @@ func (x *GetRoutes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoutes.ProtoReflect.Descriptor instead.
 func (*GetRoutes) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{42}
+	return file_kjob_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetRoutes) GetApp() string {
@@ -3731,7 +3699,7 @@ type Subscribe struct {
 
 func (x *Subscribe) Reset() {
 	*x = Subscribe{}
-	mi := &file_kjob_proto_msgTypes[43]
+	mi := &file_kjob_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3743,7 +3711,7 @@ func (x *Subscribe) String() string {
 func (*Subscribe) ProtoMessage() {}
 
 func (x *Subscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[43]
+	mi := &file_kjob_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3756,7 +3724,7 @@ func (x *Subscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribe.ProtoReflect.Descriptor instead.
 func (*Subscribe) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{43}
+	return file_kjob_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Subscribe) GetSubscriber() *Ref {
@@ -3788,7 +3756,7 @@ type AssignShard struct {
 
 func (x *AssignShard) Reset() {
 	*x = AssignShard{}
-	mi := &file_kjob_proto_msgTypes[44]
+	mi := &file_kjob_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3800,7 +3768,7 @@ func (x *AssignShard) String() string {
 func (*AssignShard) ProtoMessage() {}
 
 func (x *AssignShard) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[44]
+	mi := &file_kjob_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3813,7 +3781,7 @@ func (x *AssignShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignShard.ProtoReflect.Descriptor instead.
 func (*AssignShard) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{44}
+	return file_kjob_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AssignShard) GetShard() string {
@@ -3852,7 +3820,7 @@ type MoveShard struct {
 
 func (x *MoveShard) Reset() {
 	*x = MoveShard{}
-	mi := &file_kjob_proto_msgTypes[45]
+	mi := &file_kjob_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +3832,7 @@ func (x *MoveShard) String() string {
 func (*MoveShard) ProtoMessage() {}
 
 func (x *MoveShard) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[45]
+	mi := &file_kjob_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +3845,7 @@ func (x *MoveShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveShard.ProtoReflect.Descriptor instead.
 func (*MoveShard) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{45}
+	return file_kjob_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *MoveShard) GetShard() string {
@@ -3920,7 +3888,7 @@ type ImportShard struct {
 
 func (x *ImportShard) Reset() {
 	*x = ImportShard{}
-	mi := &file_kjob_proto_msgTypes[46]
+	mi := &file_kjob_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3932,7 +3900,7 @@ func (x *ImportShard) String() string {
 func (*ImportShard) ProtoMessage() {}
 
 func (x *ImportShard) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[46]
+	mi := &file_kjob_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3945,7 +3913,7 @@ func (x *ImportShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportShard.ProtoReflect.Descriptor instead.
 func (*ImportShard) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{46}
+	return file_kjob_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ImportShard) GetShard() string {
@@ -3979,7 +3947,7 @@ type ImportShardReply struct {
 
 func (x *ImportShardReply) Reset() {
 	*x = ImportShardReply{}
-	mi := &file_kjob_proto_msgTypes[47]
+	mi := &file_kjob_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3991,7 +3959,7 @@ func (x *ImportShardReply) String() string {
 func (*ImportShardReply) ProtoMessage() {}
 
 func (x *ImportShardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[47]
+	mi := &file_kjob_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4004,7 +3972,7 @@ func (x *ImportShardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportShardReply.ProtoReflect.Descriptor instead.
 func (*ImportShardReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{47}
+	return file_kjob_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ImportShardReply) GetError() *Error {
@@ -4032,7 +4000,7 @@ type ShardOpened struct {
 
 func (x *ShardOpened) Reset() {
 	*x = ShardOpened{}
-	mi := &file_kjob_proto_msgTypes[48]
+	mi := &file_kjob_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4044,7 +4012,7 @@ func (x *ShardOpened) String() string {
 func (*ShardOpened) ProtoMessage() {}
 
 func (x *ShardOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[48]
+	mi := &file_kjob_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4057,7 +4025,7 @@ func (x *ShardOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOpened.ProtoReflect.Descriptor instead.
 func (*ShardOpened) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{48}
+	return file_kjob_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ShardOpened) GetServerId() string {
@@ -4091,7 +4059,7 @@ type LeaseNode struct {
 
 func (x *LeaseNode) Reset() {
 	*x = LeaseNode{}
-	mi := &file_kjob_proto_msgTypes[49]
+	mi := &file_kjob_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4103,7 +4071,7 @@ func (x *LeaseNode) String() string {
 func (*LeaseNode) ProtoMessage() {}
 
 func (x *LeaseNode) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[49]
+	mi := &file_kjob_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4116,7 +4084,7 @@ func (x *LeaseNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseNode.ProtoReflect.Descriptor instead.
 func (*LeaseNode) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{49}
+	return file_kjob_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *LeaseNode) GetHolder() string {
@@ -4144,7 +4112,7 @@ type LeaseNodeReply struct {
 
 func (x *LeaseNodeReply) Reset() {
 	*x = LeaseNodeReply{}
-	mi := &file_kjob_proto_msgTypes[50]
+	mi := &file_kjob_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4156,7 +4124,7 @@ func (x *LeaseNodeReply) String() string {
 func (*LeaseNodeReply) ProtoMessage() {}
 
 func (x *LeaseNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[50]
+	mi := &file_kjob_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4169,7 +4137,7 @@ func (x *LeaseNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseNodeReply.ProtoReflect.Descriptor instead.
 func (*LeaseNodeReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{50}
+	return file_kjob_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *LeaseNodeReply) GetError() *Error {
@@ -4201,7 +4169,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_kjob_proto_msgTypes[51]
+	mi := &file_kjob_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4213,7 +4181,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[51]
+	mi := &file_kjob_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4226,7 +4194,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{51}
+	return file_kjob_proto_rawDescGZIP(), []int{50}
 }
 
 type ServerStatus struct {
@@ -4243,7 +4211,7 @@ type ServerStatus struct {
 
 func (x *ServerStatus) Reset() {
 	*x = ServerStatus{}
-	mi := &file_kjob_proto_msgTypes[52]
+	mi := &file_kjob_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4255,7 +4223,7 @@ func (x *ServerStatus) String() string {
 func (*ServerStatus) ProtoMessage() {}
 
 func (x *ServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[52]
+	mi := &file_kjob_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4268,7 +4236,7 @@ func (x *ServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerStatus.ProtoReflect.Descriptor instead.
 func (*ServerStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{52}
+	return file_kjob_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ServerStatus) GetServerId() string {
@@ -4326,7 +4294,7 @@ type MoveStatus struct {
 
 func (x *MoveStatus) Reset() {
 	*x = MoveStatus{}
-	mi := &file_kjob_proto_msgTypes[53]
+	mi := &file_kjob_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4338,7 +4306,7 @@ func (x *MoveStatus) String() string {
 func (*MoveStatus) ProtoMessage() {}
 
 func (x *MoveStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[53]
+	mi := &file_kjob_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4351,7 +4319,7 @@ func (x *MoveStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveStatus.ProtoReflect.Descriptor instead.
 func (*MoveStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{53}
+	return file_kjob_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MoveStatus) GetShard() string {
@@ -4400,7 +4368,7 @@ type AppStatus struct {
 
 func (x *AppStatus) Reset() {
 	*x = AppStatus{}
-	mi := &file_kjob_proto_msgTypes[54]
+	mi := &file_kjob_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4412,7 +4380,7 @@ func (x *AppStatus) String() string {
 func (*AppStatus) ProtoMessage() {}
 
 func (x *AppStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[54]
+	mi := &file_kjob_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4425,7 +4393,7 @@ func (x *AppStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppStatus.ProtoReflect.Descriptor instead.
 func (*AppStatus) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{54}
+	return file_kjob_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AppStatus) GetApp() string {
@@ -4464,7 +4432,7 @@ type ClusterStatusReply struct {
 
 func (x *ClusterStatusReply) Reset() {
 	*x = ClusterStatusReply{}
-	mi := &file_kjob_proto_msgTypes[55]
+	mi := &file_kjob_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4476,7 +4444,7 @@ func (x *ClusterStatusReply) String() string {
 func (*ClusterStatusReply) ProtoMessage() {}
 
 func (x *ClusterStatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[55]
+	mi := &file_kjob_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4489,7 +4457,7 @@ func (x *ClusterStatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusReply.ProtoReflect.Descriptor instead.
 func (*ClusterStatusReply) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{55}
+	return file_kjob_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ClusterStatusReply) GetError() *Error {
@@ -4549,7 +4517,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_kjob_proto_msgTypes[56]
+	mi := &file_kjob_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4561,7 +4529,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[56]
+	mi := &file_kjob_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4574,7 +4542,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{56}
+	return file_kjob_proto_rawDescGZIP(), []int{55}
 }
 
 type Pong struct {
@@ -4587,7 +4555,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_kjob_proto_msgTypes[57]
+	mi := &file_kjob_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4599,7 +4567,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[57]
+	mi := &file_kjob_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4612,7 +4580,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{57}
+	return file_kjob_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Pong) GetServerId() string {
@@ -4641,7 +4609,7 @@ type ShardMeta struct {
 
 func (x *ShardMeta) Reset() {
 	*x = ShardMeta{}
-	mi := &file_kjob_proto_msgTypes[58]
+	mi := &file_kjob_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4653,7 +4621,7 @@ func (x *ShardMeta) String() string {
 func (*ShardMeta) ProtoMessage() {}
 
 func (x *ShardMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[58]
+	mi := &file_kjob_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4666,7 +4634,7 @@ func (x *ShardMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMeta.ProtoReflect.Descriptor instead.
 func (*ShardMeta) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{58}
+	return file_kjob_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ShardMeta) GetShard() string {
@@ -4709,7 +4677,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_kjob_proto_msgTypes[59]
+	mi := &file_kjob_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4721,7 +4689,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[59]
+	mi := &file_kjob_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4734,7 +4702,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{59}
+	return file_kjob_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *JobRef) GetId() int64 {
@@ -4794,7 +4762,7 @@ type RunState struct {
 
 func (x *RunState) Reset() {
 	*x = RunState{}
-	mi := &file_kjob_proto_msgTypes[60]
+	mi := &file_kjob_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4806,7 +4774,7 @@ func (x *RunState) String() string {
 func (*RunState) ProtoMessage() {}
 
 func (x *RunState) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[60]
+	mi := &file_kjob_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4819,7 +4787,7 @@ func (x *RunState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunState.ProtoReflect.Descriptor instead.
 func (*RunState) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{60}
+	return file_kjob_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RunState) GetRunId() string {
@@ -4971,7 +4939,7 @@ type ShardSnapshot struct {
 
 func (x *ShardSnapshot) Reset() {
 	*x = ShardSnapshot{}
-	mi := &file_kjob_proto_msgTypes[61]
+	mi := &file_kjob_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4983,7 +4951,7 @@ func (x *ShardSnapshot) String() string {
 func (*ShardSnapshot) ProtoMessage() {}
 
 func (x *ShardSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[61]
+	mi := &file_kjob_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4996,7 +4964,7 @@ func (x *ShardSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardSnapshot.ProtoReflect.Descriptor instead.
 func (*ShardSnapshot) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{61}
+	return file_kjob_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ShardSnapshot) GetMeta() *ShardMeta {
@@ -5067,7 +5035,7 @@ type RequestSeen struct {
 
 func (x *RequestSeen) Reset() {
 	*x = RequestSeen{}
-	mi := &file_kjob_proto_msgTypes[62]
+	mi := &file_kjob_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5079,7 +5047,7 @@ func (x *RequestSeen) String() string {
 func (*RequestSeen) ProtoMessage() {}
 
 func (x *RequestSeen) ProtoReflect() protoreflect.Message {
-	mi := &file_kjob_proto_msgTypes[62]
+	mi := &file_kjob_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5092,7 +5060,7 @@ func (x *RequestSeen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestSeen.ProtoReflect.Descriptor instead.
 func (*RequestSeen) Descriptor() ([]byte, []int) {
-	return file_kjob_proto_rawDescGZIP(), []int{62}
+	return file_kjob_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RequestSeen) GetRequestId() int64 {
@@ -5221,11 +5189,12 @@ const file_kjob_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\"P\n" +
 	"\bJobReply\x12$\n" +
 	"\x05error\x18\x01 \x01(\v2\x0e.kjob.v1.ErrorR\x05error\x12\x1e\n" +
-	"\x03job\x18\x02 \x01(\v2\f.kjob.v1.JobR\x03job\"W\n" +
+	"\x03job\x18\x02 \x01(\v2\f.kjob.v1.JobR\x03job\"o\n" +
 	"\n" +
 	"CreateJobs\x12&\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x12.kjob.v1.CreateJobR\x04jobs\x12!\n" +
-	"\flean_replies\x18\x02 \x01(\bR\vleanReplies\"\x9b\x03\n" +
+	"\flean_replies\x18\x02 \x01(\bR\vleanReplies\x12\x16\n" +
+	"\x06packed\x18\x03 \x01(\fR\x06packed\"\x9b\x03\n" +
 	"\x0fCreateJobsReply\x12+\n" +
 	"\areplies\x18\x01 \x03(\v2\x11.kjob.v1.JobReplyR\areplies\x12\x17\n" +
 	"\afull_at\x18\x02 \x03(\x05R\x06fullAt\x12'\n" +
@@ -5241,9 +5210,7 @@ const file_kjob_proto_rawDesc = "" +
 	"\x0elast_finish_ms\x18\n" +
 	" \x03(\x03R\flastFinishMs\x12!\n" +
 	"\ftakes_packed\x18\v \x01(\bR\vtakesPacked\x12$\n" +
-	"\x05error\x18\f \x01(\v2\x0e.kjob.v1.ErrorR\x05error\"&\n" +
-	"\x10CreateJobsPacked\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"?\n" +
+	"\x05error\x18\f \x01(\v2\x0e.kjob.v1.ErrorR\x05error\"?\n" +
 	"\n" +
 	"Dispatches\x121\n" +
 	"\n" +
@@ -5615,7 +5582,7 @@ func file_kjob_proto_rawDescGZIP() []byte {
 }
 
 var file_kjob_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_kjob_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_kjob_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_kjob_proto_goTypes = []any{
 	(Code)(0),                  // 0: kjob.v1.Code
 	(ScheduleKind)(0),          // 1: kjob.v1.ScheduleKind
@@ -5642,52 +5609,51 @@ var file_kjob_proto_goTypes = []any{
 	(*JobReply)(nil),           // 22: kjob.v1.JobReply
 	(*CreateJobs)(nil),         // 23: kjob.v1.CreateJobs
 	(*CreateJobsReply)(nil),    // 24: kjob.v1.CreateJobsReply
-	(*CreateJobsPacked)(nil),   // 25: kjob.v1.CreateJobsPacked
-	(*Dispatches)(nil),         // 26: kjob.v1.Dispatches
-	(*ResultAcks)(nil),         // 27: kjob.v1.ResultAcks
-	(*RunResults)(nil),         // 28: kjob.v1.RunResults
-	(*ListJobsReply)(nil),      // 29: kjob.v1.ListJobsReply
-	(*RunsReply)(nil),          // 30: kjob.v1.RunsReply
-	(*RunRecord)(nil),          // 31: kjob.v1.RunRecord
-	(*DeadLetter)(nil),         // 32: kjob.v1.DeadLetter
-	(*ListDeadLetters)(nil),    // 33: kjob.v1.ListDeadLetters
-	(*DeadLettersReply)(nil),   // 34: kjob.v1.DeadLettersReply
-	(*GetDeadLetter)(nil),      // 35: kjob.v1.GetDeadLetter
-	(*ReplayDeadLetter)(nil),   // 36: kjob.v1.ReplayDeadLetter
-	(*PurgeDeadLetters)(nil),   // 37: kjob.v1.PurgeDeadLetters
-	(*DeadLetterReply)(nil),    // 38: kjob.v1.DeadLetterReply
-	(*Dispatch)(nil),           // 39: kjob.v1.Dispatch
-	(*RunResult)(nil),          // 40: kjob.v1.RunResult
-	(*ResultAck)(nil),          // 41: kjob.v1.ResultAck
-	(*ShardLoad)(nil),          // 42: kjob.v1.ShardLoad
-	(*ServerHeartbeat)(nil),    // 43: kjob.v1.ServerHeartbeat
-	(*WorkerInfo)(nil),         // 44: kjob.v1.WorkerInfo
-	(*WorkerHeartbeat)(nil),    // 45: kjob.v1.WorkerHeartbeat
-	(*WorkerLeft)(nil),         // 46: kjob.v1.WorkerLeft
-	(*RouteEntry)(nil),         // 47: kjob.v1.RouteEntry
-	(*AppWorkers)(nil),         // 48: kjob.v1.AppWorkers
-	(*RouteTable)(nil),         // 49: kjob.v1.RouteTable
-	(*GetRoutes)(nil),          // 50: kjob.v1.GetRoutes
-	(*Subscribe)(nil),          // 51: kjob.v1.Subscribe
-	(*AssignShard)(nil),        // 52: kjob.v1.AssignShard
-	(*MoveShard)(nil),          // 53: kjob.v1.MoveShard
-	(*ImportShard)(nil),        // 54: kjob.v1.ImportShard
-	(*ImportShardReply)(nil),   // 55: kjob.v1.ImportShardReply
-	(*ShardOpened)(nil),        // 56: kjob.v1.ShardOpened
-	(*LeaseNode)(nil),          // 57: kjob.v1.LeaseNode
-	(*LeaseNodeReply)(nil),     // 58: kjob.v1.LeaseNodeReply
-	(*ClusterStatus)(nil),      // 59: kjob.v1.ClusterStatus
-	(*ServerStatus)(nil),       // 60: kjob.v1.ServerStatus
-	(*MoveStatus)(nil),         // 61: kjob.v1.MoveStatus
-	(*AppStatus)(nil),          // 62: kjob.v1.AppStatus
-	(*ClusterStatusReply)(nil), // 63: kjob.v1.ClusterStatusReply
-	(*Ping)(nil),               // 64: kjob.v1.Ping
-	(*Pong)(nil),               // 65: kjob.v1.Pong
-	(*ShardMeta)(nil),          // 66: kjob.v1.ShardMeta
-	(*JobRef)(nil),             // 67: kjob.v1.JobRef
-	(*RunState)(nil),           // 68: kjob.v1.RunState
-	(*ShardSnapshot)(nil),      // 69: kjob.v1.ShardSnapshot
-	(*RequestSeen)(nil),        // 70: kjob.v1.RequestSeen
+	(*Dispatches)(nil),         // 25: kjob.v1.Dispatches
+	(*ResultAcks)(nil),         // 26: kjob.v1.ResultAcks
+	(*RunResults)(nil),         // 27: kjob.v1.RunResults
+	(*ListJobsReply)(nil),      // 28: kjob.v1.ListJobsReply
+	(*RunsReply)(nil),          // 29: kjob.v1.RunsReply
+	(*RunRecord)(nil),          // 30: kjob.v1.RunRecord
+	(*DeadLetter)(nil),         // 31: kjob.v1.DeadLetter
+	(*ListDeadLetters)(nil),    // 32: kjob.v1.ListDeadLetters
+	(*DeadLettersReply)(nil),   // 33: kjob.v1.DeadLettersReply
+	(*GetDeadLetter)(nil),      // 34: kjob.v1.GetDeadLetter
+	(*ReplayDeadLetter)(nil),   // 35: kjob.v1.ReplayDeadLetter
+	(*PurgeDeadLetters)(nil),   // 36: kjob.v1.PurgeDeadLetters
+	(*DeadLetterReply)(nil),    // 37: kjob.v1.DeadLetterReply
+	(*Dispatch)(nil),           // 38: kjob.v1.Dispatch
+	(*RunResult)(nil),          // 39: kjob.v1.RunResult
+	(*ResultAck)(nil),          // 40: kjob.v1.ResultAck
+	(*ShardLoad)(nil),          // 41: kjob.v1.ShardLoad
+	(*ServerHeartbeat)(nil),    // 42: kjob.v1.ServerHeartbeat
+	(*WorkerInfo)(nil),         // 43: kjob.v1.WorkerInfo
+	(*WorkerHeartbeat)(nil),    // 44: kjob.v1.WorkerHeartbeat
+	(*WorkerLeft)(nil),         // 45: kjob.v1.WorkerLeft
+	(*RouteEntry)(nil),         // 46: kjob.v1.RouteEntry
+	(*AppWorkers)(nil),         // 47: kjob.v1.AppWorkers
+	(*RouteTable)(nil),         // 48: kjob.v1.RouteTable
+	(*GetRoutes)(nil),          // 49: kjob.v1.GetRoutes
+	(*Subscribe)(nil),          // 50: kjob.v1.Subscribe
+	(*AssignShard)(nil),        // 51: kjob.v1.AssignShard
+	(*MoveShard)(nil),          // 52: kjob.v1.MoveShard
+	(*ImportShard)(nil),        // 53: kjob.v1.ImportShard
+	(*ImportShardReply)(nil),   // 54: kjob.v1.ImportShardReply
+	(*ShardOpened)(nil),        // 55: kjob.v1.ShardOpened
+	(*LeaseNode)(nil),          // 56: kjob.v1.LeaseNode
+	(*LeaseNodeReply)(nil),     // 57: kjob.v1.LeaseNodeReply
+	(*ClusterStatus)(nil),      // 58: kjob.v1.ClusterStatus
+	(*ServerStatus)(nil),       // 59: kjob.v1.ServerStatus
+	(*MoveStatus)(nil),         // 60: kjob.v1.MoveStatus
+	(*AppStatus)(nil),          // 61: kjob.v1.AppStatus
+	(*ClusterStatusReply)(nil), // 62: kjob.v1.ClusterStatusReply
+	(*Ping)(nil),               // 63: kjob.v1.Ping
+	(*Pong)(nil),               // 64: kjob.v1.Pong
+	(*ShardMeta)(nil),          // 65: kjob.v1.ShardMeta
+	(*JobRef)(nil),             // 66: kjob.v1.JobRef
+	(*RunState)(nil),           // 67: kjob.v1.RunState
+	(*ShardSnapshot)(nil),      // 68: kjob.v1.ShardSnapshot
+	(*RequestSeen)(nil),        // 69: kjob.v1.RequestSeen
 }
 var file_kjob_proto_depIdxs = []int32{
 	0,  // 0: kjob.v1.Error.code:type_name -> kjob.v1.Code
@@ -5708,53 +5674,53 @@ var file_kjob_proto_depIdxs = []int32{
 	22, // 15: kjob.v1.CreateJobsReply.replies:type_name -> kjob.v1.JobReply
 	5,  // 16: kjob.v1.CreateJobsReply.state:type_name -> kjob.v1.JobState
 	8,  // 17: kjob.v1.CreateJobsReply.error:type_name -> kjob.v1.Error
-	39, // 18: kjob.v1.Dispatches.dispatches:type_name -> kjob.v1.Dispatch
-	41, // 19: kjob.v1.ResultAcks.acks:type_name -> kjob.v1.ResultAck
-	40, // 20: kjob.v1.RunResults.results:type_name -> kjob.v1.RunResult
+	38, // 18: kjob.v1.Dispatches.dispatches:type_name -> kjob.v1.Dispatch
+	40, // 19: kjob.v1.ResultAcks.acks:type_name -> kjob.v1.ResultAck
+	39, // 20: kjob.v1.RunResults.results:type_name -> kjob.v1.RunResult
 	8,  // 21: kjob.v1.ListJobsReply.error:type_name -> kjob.v1.Error
 	12, // 22: kjob.v1.ListJobsReply.jobs:type_name -> kjob.v1.Job
 	8,  // 23: kjob.v1.RunsReply.error:type_name -> kjob.v1.Error
-	31, // 24: kjob.v1.RunsReply.runs:type_name -> kjob.v1.RunRecord
+	30, // 24: kjob.v1.RunsReply.runs:type_name -> kjob.v1.RunRecord
 	6,  // 25: kjob.v1.RunRecord.outcome:type_name -> kjob.v1.Outcome
 	8,  // 26: kjob.v1.DeadLettersReply.error:type_name -> kjob.v1.Error
-	32, // 27: kjob.v1.DeadLettersReply.letters:type_name -> kjob.v1.DeadLetter
+	31, // 27: kjob.v1.DeadLettersReply.letters:type_name -> kjob.v1.DeadLetter
 	8,  // 28: kjob.v1.DeadLetterReply.error:type_name -> kjob.v1.Error
-	32, // 29: kjob.v1.DeadLetterReply.letter:type_name -> kjob.v1.DeadLetter
+	31, // 29: kjob.v1.DeadLetterReply.letter:type_name -> kjob.v1.DeadLetter
 	9,  // 30: kjob.v1.Dispatch.reply_to:type_name -> kjob.v1.Ref
 	6,  // 31: kjob.v1.RunResult.outcome:type_name -> kjob.v1.Outcome
 	9,  // 32: kjob.v1.RunResult.worker:type_name -> kjob.v1.Ref
 	9,  // 33: kjob.v1.ShardLoad.pid:type_name -> kjob.v1.Ref
 	9,  // 34: kjob.v1.ServerHeartbeat.server:type_name -> kjob.v1.Ref
-	42, // 35: kjob.v1.ServerHeartbeat.shards:type_name -> kjob.v1.ShardLoad
-	47, // 36: kjob.v1.ServerHeartbeat.known:type_name -> kjob.v1.RouteEntry
+	41, // 35: kjob.v1.ServerHeartbeat.shards:type_name -> kjob.v1.ShardLoad
+	46, // 36: kjob.v1.ServerHeartbeat.known:type_name -> kjob.v1.RouteEntry
 	9,  // 37: kjob.v1.WorkerInfo.ref:type_name -> kjob.v1.Ref
-	44, // 38: kjob.v1.WorkerHeartbeat.worker:type_name -> kjob.v1.WorkerInfo
+	43, // 38: kjob.v1.WorkerHeartbeat.worker:type_name -> kjob.v1.WorkerInfo
 	9,  // 39: kjob.v1.RouteEntry.owner:type_name -> kjob.v1.Ref
-	44, // 40: kjob.v1.AppWorkers.workers:type_name -> kjob.v1.WorkerInfo
-	47, // 41: kjob.v1.RouteTable.routes:type_name -> kjob.v1.RouteEntry
-	48, // 42: kjob.v1.RouteTable.apps:type_name -> kjob.v1.AppWorkers
+	43, // 40: kjob.v1.AppWorkers.workers:type_name -> kjob.v1.WorkerInfo
+	46, // 41: kjob.v1.RouteTable.routes:type_name -> kjob.v1.RouteEntry
+	47, // 42: kjob.v1.RouteTable.apps:type_name -> kjob.v1.AppWorkers
 	8,  // 43: kjob.v1.RouteTable.error:type_name -> kjob.v1.Error
 	9,  // 44: kjob.v1.RouteTable.nameserver:type_name -> kjob.v1.Ref
 	9,  // 45: kjob.v1.Subscribe.subscriber:type_name -> kjob.v1.Ref
 	9,  // 46: kjob.v1.AssignShard.nameserver:type_name -> kjob.v1.Ref
 	9,  // 47: kjob.v1.MoveShard.target:type_name -> kjob.v1.Ref
 	8,  // 48: kjob.v1.ImportShardReply.error:type_name -> kjob.v1.Error
-	42, // 49: kjob.v1.ImportShardReply.shard:type_name -> kjob.v1.ShardLoad
-	42, // 50: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
+	41, // 49: kjob.v1.ImportShardReply.shard:type_name -> kjob.v1.ShardLoad
+	41, // 50: kjob.v1.ShardOpened.shard:type_name -> kjob.v1.ShardLoad
 	8,  // 51: kjob.v1.ShardOpened.error:type_name -> kjob.v1.Error
 	8,  // 52: kjob.v1.LeaseNodeReply.error:type_name -> kjob.v1.Error
-	42, // 53: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
+	41, // 53: kjob.v1.ServerStatus.shards:type_name -> kjob.v1.ShardLoad
 	8,  // 54: kjob.v1.ClusterStatusReply.error:type_name -> kjob.v1.Error
-	60, // 55: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
-	62, // 56: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
-	61, // 57: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
+	59, // 55: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
+	61, // 56: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
+	60, // 57: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
 	9,  // 58: kjob.v1.ShardMeta.target:type_name -> kjob.v1.Ref
-	66, // 59: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
+	65, // 59: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
 	12, // 60: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
-	68, // 61: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
-	32, // 62: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
-	31, // 63: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
-	70, // 64: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
+	67, // 61: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
+	31, // 62: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
+	30, // 63: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
+	69, // 64: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
 	65, // [65:65] is the sub-list for method output_type
 	65, // [65:65] is the sub-list for method input_type
 	65, // [65:65] is the sub-list for extension type_name
@@ -5773,7 +5739,7 @@ func file_kjob_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kjob_proto_rawDesc), len(file_kjob_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   63,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

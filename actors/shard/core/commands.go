@@ -17,10 +17,12 @@ import (
 // queues its reply behind the journal.
 func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env) {
 	c.setNow(nowMs)
-	if p, ok := m.(*messages.CreateJobsPacked); ok {
-		b, err := p.Unpack()
+	if p, ok := m.(*messages.CreateJobs); ok && len(p.Packed) > 0 {
+		b, err := p.Unpacked()
 		if err != nil { // none of it applied: the client tries each create alone
-			env.Send(from, &messages.CreateJobsReply{Error: kerr.Invalid("data", "%v", err)})
+			if from != nil {
+				env.Send(from, &messages.CreateJobsReply{Error: kerr.Invalid("packed", "%v", err)})
+			}
 			return
 		}
 		m = b // handled as the CreateJobs it stands for
@@ -40,7 +42,9 @@ func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env)
 		return
 	}
 	if c.failed != nil {
-		env.Send(from, errorReply(m, kerr.New(messages.Code_UNAVAILABLE, "", "%v", c.failed)))
+		if from != nil {
+			env.Send(from, errorReply(m, kerr.New(messages.Code_UNAVAILABLE, "", "%v", c.failed)))
+		}
 		return
 	}
 	if c.frozen != nil {
@@ -76,7 +80,7 @@ func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env)
 func errorReply(m proto.Message, e *messages.Error) proto.Message {
 	switch x := m.(type) {
 	case *messages.CreateJobs:
-		out := &messages.CreateJobsReply{Replies: make([]*messages.JobReply, len(x.Jobs))}
+		out := &messages.CreateJobsReply{Replies: make([]*messages.JobReply, len(x.Jobs)), TakesPacked: true}
 		for i := range out.Replies {
 			out.Replies[i] = &messages.JobReply{Error: e}
 		}

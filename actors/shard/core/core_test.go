@@ -330,7 +330,7 @@ func TestCreateBatch(t *testing.T) {
 }
 
 // A packed batch is handled as the CreateJobs it stands for: the same reply (which
-// says the shard takes the packed form), the same records and state. One that does
+// says the shard reads the packed form), the same records and state. One that does
 // not unpack is refused as a whole at once, with nothing journaled.
 func TestCreateBatchPacked(t *testing.T) {
 	jobs := []*messages.CreateJob{
@@ -362,11 +362,15 @@ func TestCreateBatchPacked(t *testing.T) {
 		t.Fatalf("the packed batch left another journal (lsn %d against %d) or state", ke.lsn, pe.lsn)
 	}
 	lsn := ke.lsn
-	packed.Handle(1000, client, &messages.CreateJobsPacked{Data: p.Data[:len(p.Data)-3]}, ke)
+	packed.Handle(1000, client, &messages.CreateJobs{Packed: p.Packed[:len(p.Packed)-3]}, ke)
 	s := ke.take()
 	if len(s) != 1 || s[0].m.(*messages.CreateJobsReply).Error.GetCode() != messages.Code_INVALID_ARGUMENT ||
-		s[0].m.(*messages.CreateJobsReply).Error.GetField() != "data" || ke.lsn != lsn {
+		s[0].m.(*messages.CreateJobsReply).Error.GetField() != "packed" || ke.lsn != lsn {
 		t.Fatalf("a packed batch cut short: %v (lsn %d, was %d)", s, ke.lsn, lsn)
+	}
+	packed.Handle(1000, nil, &messages.CreateJobs{Packed: p.Packed[:len(p.Packed)-3]}, ke) // no sender: nobody to answer
+	if s := ke.take(); len(s) != 0 || ke.lsn != lsn {
+		t.Fatalf("a packed batch cut short without a sender: %v", s)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
@@ -375,6 +376,9 @@ func (c *Client) Create(ctx context.Context, j *messages.Job) (*messages.Job, er
 		return nil, &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "params",
 			Message: fmt.Sprintf("%d bytes exceeds the limit of %d bytes", len(j.Params), maxParams)}
 	}
+	if err := checkUTF8(j); err != nil {
+		return nil, err
+	}
 	m := &messages.CreateJob{Job: j, RequestId: c.NewID()}
 	if !c.cfg.NoBatch {
 		if r, done, err := c.createBatched(ctx, m); done {
@@ -385,6 +389,19 @@ func (c *Client) Create(ctx context.Context, j *messages.Job) (*messages.Job, er
 }
 
 const maxParams = 64 << 10
+
+// checkUTF8 refuses a job with a string field that is not UTF-8: protobuf does not
+// marshal one, and the remote layer would drop the request, leaving the caller to
+// time out instead of being told which field is wrong.
+func checkUTF8(j *messages.Job) error {
+	for _, f := range [...]struct{ name, v string }{{"app", j.GetApp()}, {"handler", j.GetHandler()},
+		{"schedule.cron", j.GetSchedule().GetCron()}, {"schedule.tz", j.GetSchedule().GetTz()}, {"policy.route_key", j.GetPolicy().GetRouteKey()}} {
+		if !utf8.ValidString(f.v) {
+			return &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: f.name, Message: fmt.Sprintf("%q is not valid UTF-8", f.v)}
+		}
+	}
+	return nil
+}
 
 // Get returns a job.
 func (c *Client) Get(ctx context.Context, app string, id int64) (*messages.Job, error) {
@@ -399,6 +416,9 @@ func (c *Client) Delete(ctx context.Context, app string, id int64) error {
 
 // Update replaces a job's definition (bumping its version).
 func (c *Client) Update(ctx context.Context, j *messages.Job) (*messages.Job, error) {
+	if err := checkUTF8(j); err != nil {
+		return nil, err
+	}
 	return c.jobCall(ctx, j.GetApp(), j.GetId(), false, &messages.UpdateJob{Job: j, RequestId: c.NewID()})
 }
 

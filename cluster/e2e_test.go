@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -257,6 +258,8 @@ func TestBadInput(t *testing.T) {
 		{"oversized params", &messages.Job{App: "orders", Handler: "echo", Params: make([]byte, 70_000), Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 5}}, kerr.ErrInvalidArgument, "params"},
 		{"no handler", &messages.Job{App: "orders", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 5}}, kerr.ErrInvalidArgument, "handler"},
 		{"bad app", &messages.Job{App: "no spaces", Handler: "echo", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE}}, kerr.ErrInvalidArgument, "app"},
+		{"handler not UTF-8", &messages.Job{App: "orders", Handler: "echo\xff", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 5}}, kerr.ErrInvalidArgument, "handler"},
+		{"zone not UTF-8", &messages.Job{App: "orders", Handler: "echo", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_CRON, Cron: "@hourly", Tz: "\xc0"}}, kerr.ErrInvalidArgument, "schedule.tz"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -264,6 +267,12 @@ func TestBadInput(t *testing.T) {
 			var ke *kerr.Error
 			if !errors.Is(err, tc.is) || !errors.As(err, &ke) || ke.Field != tc.field {
 				t.Fatalf("got %v, want %v naming field %q", err, tc.is, tc.field)
+			}
+			if strings.HasSuffix(tc.name, "UTF-8") {
+				_, err := e.client.Update(ctx, tc.job)
+				if !errors.Is(err, tc.is) || !errors.As(err, &ke) || ke.Field != tc.field {
+					t.Fatalf("update: got %v, want %v naming field %q", err, tc.is, tc.field)
+				}
 			}
 		})
 	}

@@ -30,27 +30,13 @@ const endpointQueueSize = 1 << 14
 // alias it (protobuf's Unmarshal copies bytes and strings).
 var recvBuffers = grpc.NewSharedBufferPool()
 
-// flowWindow is gRPC's flow-control window of every kjob connection and of its one
-// stream (proto.actor opens one per connection and direction), fixed. Left to
-// itself gRPC starts at 64 KiB and grows the window by estimating the link's
-// bandwidth-delay product: a ping for every sample it takes and a window update
-// whenever a quarter of the window is read, each a write on the sender and a read
-// on the receiver. On loopback that was half of a create run's writes (12,655
-// against 5,956 with the window fixed) and 58 % of its reads (22,655 against
-// 9,417); in ten alternating fire runs the fixed window took 8.6 % less CPU
-// (BENCHMARKS.md, 2026-12-06). 16 MiB is the most the estimator would grow it to;
-// the window is credit, not a buffer allocated up front.
-const flowWindow = 16 << 20
-
 // remoteConfig is the remote configuration of every kjob endpoint.
 func remoteConfig(host string, port int) *remote.Config {
 	return remote.Configure(host, port,
 		remote.WithEndpointWriterQueueSize(endpointQueueSize),
-		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.RecvBufferPool(recvBuffers),
-			grpc.InitialWindowSize(flowWindow), grpc.InitialConnWindowSize(flowWindow)),
+		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.RecvBufferPool(recvBuffers)),
 		remote.WithDialOptions(append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithRecvBufferPool(recvBuffers),
-			grpc.WithInitialWindowSize(flowWindow), grpc.WithInitialConnWindowSize(flowWindow),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))},
 			reconnectOptions()...)...))
 }

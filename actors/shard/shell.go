@@ -275,6 +275,11 @@ func (a *Actor) snapshot() {
 	if lsn == a.lastSnap {
 		return
 	}
+	// What this step decided to send goes before the freeze, which stalls the actor
+	// about 0.15 µs a job (15–20 ms at 100,000 jobs): held in the outbox until the
+	// step's end, the dispatches of the tick that let a burst's snapshot start went
+	// that much late.
+	a.out.flush(a.ctx)
 	view := a.core.SnapshotView()
 	j, stream := a.journal, a.core.Stream()
 	if a.core.Jobs() < SnapshotInlineJobs {

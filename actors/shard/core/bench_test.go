@@ -225,6 +225,31 @@ func BenchmarkSnapshotView(b *testing.B) {
 	b.ReportMetric(float64(n), "snapshot-bytes")
 }
 
+// BenchmarkSnapshotViewInFlight: the freeze of a shard with benchSnapshotJobs/2 runs
+// dispatched and not yet answered (a slow handler, a burst): each run's state is
+// copied into the view, as the shard goes on changing it.
+func BenchmarkSnapshotViewInFlight(b *testing.B) {
+	n := benchSnapshotJobs / 2
+	env := &fakeEnv{}
+	c := newBenchCore(env)
+	c.SetWorkers(benchT0Ms, []*messages.WorkerInfo{benchWorker}, env)
+	first := int64(benchT0Ms + 1000)
+	populate(b, c, env, n, first)
+	last := first + int64((n-1)/benchFiresPerMs)
+	for now := first; now <= last; now++ {
+		c.Tick(now, env)
+	}
+	c.Durable(env.lsn, nil, env)
+	if c.InFlight() != n {
+		b.Fatalf("%d runs in flight, want %d", c.InFlight(), n)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		_ = c.SnapshotView()
+	}
+}
+
 const benchSnapshotJobs = 200_000
 
 // BenchmarkLoadSnapshot: recovery's first step, a snapshot of benchSnapshotJobs

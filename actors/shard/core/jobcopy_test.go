@@ -43,3 +43,43 @@ func TestJobCopyCopiesEveryField(t *testing.T) {
 		t.Fatal("jobCopy returned the job itself")
 	}
 }
+
+// TestRunStateCopyCopiesEveryField: runStateCopyInto names RunState's fields one by
+// one, so a field added to messages.RunState later must be added there too; this
+// fails until it is.
+func TestRunStateCopyCopiesEveryField(t *testing.T) {
+	st := &messages.RunState{}
+	m := st.ProtoReflect()
+	fields := m.Descriptor().Fields()
+	for i := 0; i < fields.Len(); i++ {
+		f := fields.Get(i)
+		var v protoreflect.Value
+		switch f.Kind() {
+		case protoreflect.Int64Kind:
+			v = protoreflect.ValueOfInt64(int64(100 + i))
+		case protoreflect.Int32Kind:
+			v = protoreflect.ValueOfInt32(int32(100 + i))
+		case protoreflect.BoolKind:
+			v = protoreflect.ValueOfBool(true)
+		case protoreflect.StringKind:
+			v = protoreflect.ValueOfString(string(f.Name()))
+		case protoreflect.BytesKind:
+			v = protoreflect.ValueOfBytes([]byte(f.Name()))
+		default:
+			t.Fatalf("field %s of kind %s: extend this test", f.Name(), f.Kind())
+		}
+		m.Set(f, v)
+	}
+	var d messages.RunState
+	c := runStateCopyInto(&d, st)
+	if !proto.Equal(c, st) {
+		t.Fatalf("runStateCopyInto lost fields:\n got %v\nwant %v", c, st)
+	}
+	if c == st || c != &d {
+		t.Fatal("runStateCopyInto did not fill the copy it was given")
+	}
+	st.WorkerId, st.DispatchedMs = "changed", 1 // what the shard changes in place
+	if c.WorkerId == "changed" || c.DispatchedMs == 1 {
+		t.Fatal("the copy follows the run's later changes")
+	}
+}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -104,16 +105,17 @@ func (c *Core) viewOf(sh route.Shard, epoch int64, keep func(int64) bool, share 
 			runs: j.j.Runs, state: j.j.State, hist0: int32(h0), hist1: int32(len(v.hist))})
 	}
 	if len(c.bySeq) > 0 {
-		seqs := make([]uint64, 0, len(c.bySeq))
-		for seq, r := range c.bySeq {
+		runs := make([]*run, 0, len(c.bySeq))
+		for _, r := range c.bySeq {
 			if in(r.st.JobId) {
-				seqs = append(seqs, seq)
+				runs = append(runs, r)
 			}
 		}
-		slices.Sort(seqs)
-		v.runs = make([]*messages.RunState, 0, len(seqs))
-		for _, seq := range seqs {
-			v.runs = append(v.runs, proto.Clone(c.bySeq[seq].st).(*messages.RunState))
+		slices.SortFunc(runs, func(a, b *run) int { return cmp.Compare(a.seq, b.seq) })
+		v.runs = make([]*messages.RunState, len(runs))
+		sts := make([]messages.RunState, len(runs)) // one allocation for all the copies
+		for i, r := range runs {
+			v.runs[i] = runStateCopyInto(&sts[i], r.st)
 		}
 	}
 	for _, r := range c.reqs.entries() {
@@ -441,4 +443,21 @@ func (c *Core) ReplayDecoded(r persistence.Record, d *Decoded) error {
 	}
 	c.appended, c.durable = r.LSN, r.LSN
 	return nil
+}
+
+// runStateCopyInto copies run state s into d and returns d: the view's copy of a run,
+// whose WorkerId, DispatchedMs and DeadlineMs the shard goes on changing in place
+// while the snapshot's goroutine encodes it. Params is shared: the shard never
+// changes a run's params in place. It replaces a proto.Clone (reflection, and an
+// allocation a run): BenchmarkSnapshotViewInFlight, 100,000 runs in flight, 85–92 ms
+// a view against 95–115 ms, 24 allocations against 100,023; what is left is mostly
+// the cache misses of reading every run and job. TestRunStateCopyCopiesEveryField
+// keeps the list of fields complete.
+func runStateCopyInto(d, s *messages.RunState) *messages.RunState {
+	d.RunId, d.JobId, d.DueMs, d.Attempt = s.RunId, s.JobId, s.DueMs, s.Attempt
+	d.DispatchedMs, d.DeadlineMs, d.Level = s.DispatchedMs, s.DeadlineMs, s.Level
+	d.Params, d.HasParams, d.TraceId, d.LastError = s.Params, s.HasParams, s.TraceId, s.LastError
+	d.WorkerId, d.Version, d.Fire, d.JobNextDueMs = s.WorkerId, s.Version, s.Fire, s.JobNextDueMs
+	d.JobRuns, d.Handler, d.App, d.RequestId = s.JobRuns, s.Handler, s.App, s.RequestId
+	return d
 }

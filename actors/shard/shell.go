@@ -85,13 +85,15 @@ func snapshotNow(since, every uint64, busy bool) bool {
 }
 
 // busy reports whether the shard has fires at hand: a job due within SnapshotQuietMs
-// of now, or runs held until a worker has room.
+// of now, runs armed and waiting for their due, or runs held until a worker has room.
 func (a *Actor) busy(now int64) bool {
 	if a.core.Held() > 0 {
 		return true
 	}
-	due, ok := a.core.NextDue()
-	return ok && due <= now+SnapshotQuietMs
+	if due, ok := a.core.NextDue(); ok && due <= now+SnapshotQuietMs {
+		return true
+	}
+	return a.core.HasArmed()
 }
 
 // Actor is the proto.actor shell around Core.

@@ -92,6 +92,24 @@ func (c *Core) nextArmed() (int64, bool) {
 	return at, ok
 }
 
+// HasArmed says a run is armed and waits for its due: fired and journaled ahead,
+// its dispatch held, or one a parked command waits for. The due wheel runs empty
+// ArmMs before the last due of a burst while such runs still wait to go; a shell
+// that judged the shard idle by the wheel alone (a snapshot's cadence) would stall
+// them. It stops at the first it finds (the armed dispatches lead the outbox).
+func (c *Core) HasArmed() bool {
+	if c.frozen != nil || c.failed != nil {
+		return false
+	}
+	for _, o := range c.outbox {
+		if c.armed(o) {
+			return true
+		}
+	}
+	_, ok := c.nextArmed() // parked commands (few)
+	return ok
+}
+
 // hasParked says a command for job id is parked.
 func (c *Core) hasParked(id int64) bool {
 	for _, p := range c.parked {

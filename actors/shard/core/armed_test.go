@@ -90,24 +90,27 @@ func TestArmedFireJournaledAheadSentAtDue(t *testing.T) {
 	}
 }
 
-// NextDue counts a run that is armed and waits for its due: the due wheel is empty
-// then, and a shell that took it for idle (a snapshot's cadence) would stall the
-// send.
-func TestNextDueCountsArmedRuns(t *testing.T) {
+// HasArmed reports a run that is armed and waits for its due, while the due wheel
+// is empty: a shell that took the shard for idle (a snapshot's cadence) would stall
+// the send.
+func TestHasArmedWhileARunWaitsForItsDue(t *testing.T) {
 	c, e := newArmedCore(1000, 5)
-	if _, ok := c.NextDue(); ok {
-		t.Fatal("next due on an empty shard")
+	if c.HasArmed() {
+		t.Fatal("armed runs on an empty shard")
 	}
 	armOnceAt1050(c, e)
-	if at, ok := c.NextDue(); !ok || at != 1050 {
-		t.Fatalf("next due %d %v with the run armed, want 1050", at, ok)
+	if _, ok := c.NextDue(); ok {
+		t.Fatal("the armed job is still in the due wheel")
+	}
+	if !c.HasArmed() {
+		t.Fatal("the run armed for 1050 is not reported")
 	}
 	c.Tick(1050, e)
 	if d := dispatchesIn(e.take()); len(d) != 1 {
 		t.Fatalf("at the due: %v", d)
 	}
-	if at, ok := c.NextDue(); ok {
-		t.Fatalf("next due %d after the run went", at)
+	if c.HasArmed() {
+		t.Fatal("armed runs after the run went")
 	}
 }
 

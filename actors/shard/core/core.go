@@ -332,17 +332,10 @@ func (c *Core) Quiescent() bool { return c.appended == c.durable && len(c.pendin
 // AppliedLSN is the last LSN whose record is reflected in the state.
 func (c *Core) AppliedLSN() uint64 { return c.appended }
 
-// NextDue is the earliest due of a fire the shard has yet to send: a job in the due
-// wheel, or a run already fired and journaled ahead of its due (armed.go) that waits
-// for it; ok is false when there is none. The due wheel alone runs empty ArmMs
-// before the last due of a burst, while its last runs still wait to go.
-func (c *Core) NextDue() (int64, bool) {
-	at, ok := c.due.NextDue()
-	if x, armed := c.nextArmed(); armed && (!ok || x < at) {
-		at, ok = x, true
-	}
-	return at, ok
-}
+// NextDue is the earliest next due time among the jobs in the due wheel; ok is false
+// when none is scheduled. Runs already fired and armed (journaled ahead of their due,
+// armed.go) are not in it: see HasArmed.
+func (c *Core) NextDue() (int64, bool) { return c.due.NextDue() }
 
 // ahead is how long before its due the due wheel hands a job over: ArmMs (armed.go),
 // plus the FireEarlyMs mutation's error.

@@ -96,17 +96,9 @@ func (c *Core) nextArmed() (int64, bool) {
 // its dispatch held, or one a parked command waits for. The due wheel runs empty
 // ArmMs before the last due of a burst while such runs still wait to go; a shell
 // that judged the shard idle by the wheel alone (a snapshot's cadence) would stall
-// them. It stops at the first it finds (the armed dispatches lead the outbox).
+// them.
 func (c *Core) HasArmed() bool {
-	if c.frozen != nil || c.failed != nil {
-		return false
-	}
-	for _, o := range c.outbox {
-		if c.armed(o) {
-			return true
-		}
-	}
-	_, ok := c.nextArmed() // parked commands (few)
+	_, ok := c.nextArmed()
 	return ok
 }
 

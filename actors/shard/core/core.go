@@ -1057,13 +1057,13 @@ func (c *Core) Tick(nowMs int64, env Env) {
 			continue
 		}
 		j.expiry = 0
-		switch {
+		switch at := c.expiryAt(j); {
 		case j.j.State != messages.JobState_DONE:
 		case c.runsOf[id] > 0: // a run or retry still going: not yet
 			j.expiry = c.expire.Add(nowMs+expiryRecheckMs, uint64(id))
 			c.queuePack(id) // packed again once nothing goes on
-		case c.expiryAt(j) > nowMs: // armed before its finish moved it (armExpiry)
-			j.expiry = c.expire.Add(c.expiryAt(j), uint64(id))
+		case at > nowMs: // armed before its finish moved it (armExpiry)
+			j.expiry = c.expire.Add(at, uint64(id))
 			c.queuePack(id)
 		default:
 			c.emit(messages.RecordType_JOB_DELETED, &messages.JobRef{Id: id, AtMs: nowMs})

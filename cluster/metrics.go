@@ -87,7 +87,7 @@ func newMetrics(n *Node) *nodeMetrics {
 		journalAppend: f.histogram("kjob_journal_append_seconds",
 			"Time a shard's journal append took (encoding and copying into the mapping; not durability).", appendBuckets),
 		journalDurable: f.histogram("kjob_journal_sync_seconds",
-			"Time from a journal append until it was durable (group commit wait plus msync).", durableBuckets),
+			"Time from a journal append until it was durable (group commit wait plus msync; for a lazy append, its allowed wait too: NodeConfig.LazySyncMs).", durableBuckets),
 		journalBytes:   f.counter("kjob_journal_appended_bytes_total", "Bytes appended to the journal by shards, framing included."),
 		journalRecords: f.counter("kjob_journal_appended_records_total", "Records appended to the journal by shards."),
 		journalErrors:  f.counter("kjob_journal_append_errors_total", "Journal appends or syncs that failed (each is fatal for the shard)."),
@@ -355,9 +355,13 @@ type meteredJournal struct {
 func (m *nodeMetrics) journal(j shard.Journal) shard.Journal { return meteredJournal{j: j, m: m} }
 
 func (mj meteredJournal) Append(entries []persistence.Entry, cb func(lastLSN uint64, err error)) (uint64, uint64, error) {
+	return mj.AppendWithin(entries, 0, cb)
+}
+
+func (mj meteredJournal) AppendWithin(entries []persistence.Entry, within time.Duration, cb func(lastLSN uint64, err error)) (uint64, uint64, error) {
 	m := mj.m
 	t0 := time.Now()
-	first, last, err := mj.j.Append(entries, func(lsn uint64, err error) {
+	first, last, err := mj.j.AppendWithin(entries, within, func(lsn uint64, err error) {
 		if err != nil {
 			m.journalErrors.Inc()
 		} else {

@@ -71,6 +71,11 @@ type NodeConfig struct {
 	// shardcore.DefaultArmMs, negative = none (journaled at the due). A change to a
 	// job that reaches its shard within ArmMs of a due is applied after that fire.
 	ArmMs int64
+	// LazySyncMs is how long a shard's records that nothing waits for at once
+	// (results' acknowledgements, fires armed ahead) may wait for their msync,
+	// to ride on another sync (shardcore.Config.LazySyncMs): 0 =
+	// shardcore.DefaultLazySyncMs, negative = none (every step syncs at once).
+	LazySyncMs int64
 }
 
 // Node is a running kjob server.
@@ -342,6 +347,14 @@ func (n *Node) newCore(s route.Shard, epoch int64) *shardcore.Core {
 		cfg.ArmMs = n.cfg.ArmMs
 	default:
 		cfg.ArmMs = 0
+	}
+	switch {
+	case n.cfg.LazySyncMs == 0:
+		cfg.LazySyncMs = shardcore.DefaultLazySyncMs
+	case n.cfg.LazySyncMs > 0:
+		cfg.LazySyncMs = n.cfg.LazySyncMs
+	default:
+		cfg.LazySyncMs = 0
 	}
 	if p := n.cfg.AppPolicies[s.App]; p != nil {
 		cfg.AppPolicy = p

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -563,5 +564,142 @@ func TestReplayCallbacksMayAppendDuringCompact(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Compact deadlocked")
+	}
+}
+
+// countSyncs makes j count its msyncs (set before the first append).
+func countSyncs(j *Journal) *atomic.Int64 {
+	var n atomic.Int64
+	j.syncRange = func(s *segment, from, to int) error { n.Add(1); return s.sync(from, to) }
+	return &n
+}
+
+// A lazy append starts no sync of its own: it waits for the next one an urgent
+// append (or a wait) asks for, and is carried by it; with nothing else, its
+// deadline's timer makes it durable.
+func TestAppendWithinRidesOnTheNextSync(t *testing.T) {
+	j := openT(t, Options{Dir: t.TempDir()})
+	syncs := countSyncs(j)
+	durable := make(chan uint64, 16)
+	cb := func(lsn uint64, err error) {
+		if err != nil {
+			t.Errorf("callback: %v", err)
+		}
+		durable <- lsn
+	}
+	_, lazy1, err := j.AppendWithin([]Entry{{Stream: 1, Type: 1, Payload: []byte("a")}}, time.Hour, cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := j.AppendWithin([]Entry{{Stream: 1, Type: 1, Payload: []byte("b")}}, time.Hour, cb); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case lsn := <-durable:
+		t.Fatalf("a lazy append due in an hour was durable (%d) with no other sync", lsn)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if n := syncs.Load(); n != 0 {
+		t.Fatalf("%d syncs for lazy appends only", n)
+	}
+	urgent, err := j.AppendWait(context.Background(), Entry{Stream: 1, Type: 1, Payload: []byte("c")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if lsn := <-durable; lsn > urgent || lsn < lazy1 {
+			t.Fatalf("lazy callback with LSN %d (lazy from %d, urgent %d)", lsn, lazy1, urgent)
+		}
+	}
+	if n := syncs.Load(); n != 1 {
+		t.Fatalf("the urgent append's sync should carry the lazy ones: %d syncs", n)
+	}
+	if d := j.DurableLSN(); d != urgent {
+		t.Fatalf("durable %d, want %d", d, urgent)
+	}
+
+	// Alone, a lazy append is durable once its deadline has passed.
+	start := time.Now()
+	_, last, err := j.AppendWithin([]Entry{{Stream: 1, Type: 1, Payload: []byte("d")}}, 20*time.Millisecond, cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case lsn := <-durable:
+		if lsn != last {
+			t.Fatalf("durable %d, want %d", lsn, last)
+		}
+		if el := time.Since(start); el < 20*time.Millisecond {
+			t.Fatalf("a lazy append was synced after %v, before its 20 ms", el)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lazy append alone never became durable")
+	}
+	// An earlier deadline than the one waiting moves the timer forward.
+	if _, _, err := j.AppendWithin([]Entry{{Stream: 1, Type: 1, Payload: []byte("e")}}, time.Hour, cb); err != nil {
+		t.Fatal(err)
+	}
+	if _, last, err = j.AppendWithin([]Entry{{Stream: 1, Type: 1, Payload: []byte("f")}}, 10*time.Millisecond, cb); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case <-durable:
+		case <-time.After(10 * time.Second):
+			t.Fatal("an earlier lazy deadline did not move the flusher's timer")
+		}
+	}
+	if d := j.DurableLSN(); d != last {
+		t.Fatalf("durable %d, want %d", d, last)
+	}
+	closeT(t, j)
+}
+
+// Close makes lazy appends durable and calls their callbacks; a reopened journal
+// has them.
+func TestAppendWithinDurableAtClose(t *testing.T) {
+	dir := t.TempDir()
+	j := openT(t, Options{Dir: dir})
+	var got []error
+	var mu sync.Mutex
+	for i := range 5 {
+		if _, _, err := j.AppendWithin([]Entry{{Stream: 2, Type: 1, Payload: payloadFor(i, 40)}}, time.Hour, func(_ uint64, err error) {
+			mu.Lock()
+			got = append(got, err)
+			mu.Unlock()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closeT(t, j)
+	if len(got) != 5 || slices.ContainsFunc(got, func(e error) bool { return e != nil }) {
+		t.Fatalf("callbacks at Close: %v", got)
+	}
+	j = openT(t, Options{Dir: dir})
+	defer closeT(t, j)
+	if _, recs := all(t, j); len(recs) != 5 {
+		t.Fatalf("%d records after reopen, want 5", len(recs))
+	}
+}
+
+// Under the other policies AppendWithin is Append.
+func TestAppendWithinOtherPolicies(t *testing.T) {
+	for _, p := range []SyncPolicy{SyncInterval, SyncNone} {
+		t.Run(p.String(), func(t *testing.T) {
+			j := openT(t, Options{Dir: t.TempDir(), Sync: p, SyncIntervalMs: 2})
+			defer closeT(t, j)
+			done := make(chan error, 1)
+			if _, _, err := j.AppendWithin([]Entry{{Stream: 1, Type: 1}}, time.Hour, func(_ uint64, err error) { done <- err }); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: AppendWithin waited for its hour", p)
+			}
+		})
 	}
 }

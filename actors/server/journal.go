@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/kjob/kjob/actors/shard"
 	"github.com/kjob/kjob/messages"
@@ -66,6 +67,18 @@ func (j *shardJournal) Append(entries []persistence.Entry, cb func(uint64, error
 		inner(lsn, err)
 	}
 	return j.Journal.Append(entries, cb)
+}
+
+// AppendWithin is Append for records that may wait for their sync; a handoff's
+// records never do (the core does not ask), and would go through Append's checks.
+func (j *shardJournal) AppendWithin(entries []persistence.Entry, within time.Duration, cb func(uint64, error)) (uint64, uint64, error) {
+	for _, e := range entries {
+		switch messages.RecordType(e.Type) {
+		case messages.RecordType_SHARD_HANDOFF, messages.RecordType_SHARD_CLOSED:
+			return j.Append(entries, cb)
+		}
+	}
+	return j.Journal.AppendWithin(entries, within, cb)
 }
 
 func (j *shardJournal) WriteSnapshot(stream, lsn uint64, data []byte) error {

@@ -18,6 +18,9 @@ import (
 // entries' payloads before it returns (the core reuses their memory: core.Env).
 type Journal interface {
 	Append(entries []persistence.Entry, cb func(lastLSN uint64, err error)) (uint64, uint64, error)
+	// AppendWithin is Append for records that may wait up to within for their sync
+	// (persistence.Journal.AppendWithin).
+	AppendWithin(entries []persistence.Entry, within time.Duration, cb func(lastLSN uint64, err error)) (uint64, uint64, error)
 	WriteSnapshot(stream, lsn uint64, data []byte) error
 	DropStream(stream uint64) error
 }
@@ -321,8 +324,23 @@ func (a *Actor) arm() {
 
 // Append implements Env: the journal calls back from its flusher when durable.
 func (a *Actor) Append(entries []persistence.Entry) (uint64, error) {
+	_, last, err := a.journal.Append(entries, a.durableCallback())
+	return last, err
+}
+
+var _ core.LazyAppender = (*Actor)(nil)
+
+// AppendWithin implements core.LazyAppender.
+func (a *Actor) AppendWithin(entries []persistence.Entry, withinMs int64) (uint64, error) {
+	_, last, err := a.journal.AppendWithin(entries, time.Duration(withinMs)*time.Millisecond, a.durableCallback())
+	return last, err
+}
+
+// durableCallback is the journal's callback for an append: it records what became
+// durable (or the failure) and wakes the shard once for any number of them.
+func (a *Actor) durableCallback() func(lsn uint64, err error) {
 	self, sys := a.ctx.Self(), a.system
-	_, last, err := a.journal.Append(entries, func(lsn uint64, err error) {
+	return func(lsn uint64, err error) {
 		if err != nil {
 			a.dur.err.CompareAndSwap(nil, &err)
 		} else if lsn > a.dur.lsn.Load() { // only the flusher stores: no lost update
@@ -331,8 +349,7 @@ func (a *Actor) Append(entries []persistence.Entry) (uint64, error) {
 		if a.dur.queued.CompareAndSwap(false, true) {
 			sys.Root.Send(self, &durable{})
 		}
-	})
-	return last, err
+	}
 }
 
 var _ core.Recorder = (*Actor)(nil)

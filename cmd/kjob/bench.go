@@ -85,6 +85,7 @@ type benchOpts struct {
 	dataDir     string   // parent of the embedded nodes' data directories ("" = a temp dir)
 	latencyOut  string   // file for the raw fire lateness samples (ns, one per line)
 	armMs       int64    // embedded nodes' --arm-ms (0 = none)
+	lazyMs      int64    // embedded nodes' --lazy-sync-ms (0 = none)
 	memProfile  string   // heap profile, written when the memory scenario measures (else at the end)
 	progress    io.Writer
 	log         *slog.Logger
@@ -307,6 +308,7 @@ measure the node). Every figure is wall-clock on whatever else the machine runs.
 	f.StringVar(&o.dataDir, "data", "", "parent directory for the embedded nodes' data (default: a temporary one, removed after)")
 	f.StringVar(&o.latencyOut, "lateness-out", "", "fire: write every lateness sample (ns, one per line) to this file")
 	f.Int64Var(&o.armMs, "arm-ms", shardcore.DefaultArmMs, "embedded nodes: "+armUsage)
+	f.Int64Var(&o.lazyMs, "lazy-sync-ms", shardcore.DefaultLazySyncMs, "embedded nodes: "+lazyUsage)
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	f.BoolVar(&o.noBatch, "no-batch", false, "the client sends every create alone (no CreateJobs batches): the baseline of batching")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar on stderr")
@@ -477,7 +479,7 @@ func (e *benchEnv) close() {
 
 // benchStartNode starts an embedded node in dir and waits until it serves.
 func benchStartNode(ctx context.Context, o benchOpts, dir, listen string) (*cluster.Node, error) {
-	n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, DataDir: dir, Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs)})
+	n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, DataDir: dir, Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs), LazySyncMs: armFlag(o.lazyMs)})
 	if err != nil {
 		return nil, err
 	}
@@ -853,7 +855,7 @@ func benchRecoverMemory(ctx context.Context, o benchOpts, dir string, n int, rec
 		// Baseline: the same start on an empty journal, to tell the fixed cost of
 		// starting a cluster member from the cost of replay.
 		t0 := time.Now()
-		empty, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: dir + "-empty", Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs)})
+		empty, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: dir + "-empty", Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs), LazySyncMs: armFlag(o.lazyMs)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -960,7 +962,7 @@ func benchRecoverMemory(ctx context.Context, o benchOpts, dir string, n int, rec
 	defer p.finish()
 	restarted.Store(true)
 	t0 := time.Now()
-	node, err = cluster.StartNode(cluster.NodeConfig{Listen: addr, DataDir: dir, Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs)})
+	node, err = cluster.StartNode(cluster.NodeConfig{Listen: addr, DataDir: dir, Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs), LazySyncMs: armFlag(o.lazyMs)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("restart: %w", err)
 	}

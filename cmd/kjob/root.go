@@ -84,7 +84,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 func serverCmd() *cobra.Command {
 	var listen, peers, data, syncPol, webhook, httpAddr, appPolicies string
 	var doneRetention time.Duration
-	var armMs int64
+	var armMs, lazyMs int64
 	var split nscore.SplitPolicy
 	c := &cobra.Command{
 		Use:   "server",
@@ -118,7 +118,7 @@ func serverCmd() *cobra.Command {
 			httpAddr = serverHTTP(cmd, listen, httpAddr)
 			n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, Peers: splitList(peers), DataDir: data, Sync: pol, Log: logger(),
 				AlertHooks: hooks, HTTP: httpAddr, Split: split, AppPolicies: policies,
-				Shard: shardcore.Config{DoneRetentionMs: doneRetention.Milliseconds()}, ArmMs: armFlag(armMs)})
+				Shard: shardcore.Config{DoneRetentionMs: doneRetention.Milliseconds()}, ArmMs: armFlag(armMs), LazySyncMs: armFlag(lazyMs)})
 			if err != nil {
 				return err
 			}
@@ -136,6 +136,7 @@ func serverCmd() *cobra.Command {
 	c.Flags().StringVar(&appPolicies, "app-policies", "", "JSON file of per-app default policies, {\"app\": {\"attempts\": 3, \"ladderMs\": [\"1000\"], \"timeoutMs\": \"30000\", \"misfire\": \"SKIP\", ...}}: what a job's policy leaves unset (give every server the same file)")
 	c.Flags().StringVar(&syncPol, "sync", "sync", "journal flush policy: sync (ack after msync), interval, none (tests only)")
 	c.Flags().Int64Var(&armMs, "arm-ms", shardcore.DefaultArmMs, armUsage)
+	c.Flags().Int64Var(&lazyMs, "lazy-sync-ms", shardcore.DefaultLazySyncMs, lazyUsage)
 	c.Flags().DurationVar(&doneRetention, "done-retention", time.Duration(shardcore.DefaultDoneRetentionMs)*time.Millisecond, "how long a job that will never fire again (a one-shot that ran) stays readable with its run history")
 	c.Flags().IntVar(&split.Workers, "split-workers", nscore.DefaultSplitWorkers, "split an app's shard when the app has more live workers than this per shard (-1: never)")
 	c.Flags().Int64Var(&split.Fires, "split-fires", nscore.DefaultSplitFires, "split a shard that fires more runs than this a minute (-1: never)")
@@ -144,7 +145,10 @@ func serverCmd() *cobra.Command {
 
 const armUsage = "a shard journals a fire up to this many ms before its due and sends it at the due, so the fire does not wait for the msync; a change to a job arriving that close to a due is applied after the fire (0: journal at the due)"
 
-// armFlag is NodeConfig.ArmMs for an --arm-ms (0 = none).
+const lazyUsage = "a shard's records that nothing waits for at once (results' acknowledgements, fires armed ahead of their due) may wait this many ms for their msync, riding on the next one another append asks for: fewer msyncs under a steady stream of fires (0: every step syncs at once)"
+
+// armFlag is NodeConfig.ArmMs for an --arm-ms, and NodeConfig.LazySyncMs for a
+// --lazy-sync-ms (0 = none).
 func armFlag(ms int64) int64 {
 	if ms <= 0 {
 		return -1

@@ -40,6 +40,9 @@ import (
 // DefaultArmMs is the ArmMs a node gives its shards.
 const DefaultArmMs = 5
 
+// DefaultLazySyncMs is the LazySyncMs a node gives its shards.
+const DefaultLazySyncMs = 2
+
 type parkedCmd struct {
 	from *messages.Ref
 	m    proto.Message

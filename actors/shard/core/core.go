@@ -92,6 +92,13 @@ type Recorder interface {
 	Recorded(types []messages.RecordType, ms []proto.Message)
 }
 
+// LazyAppender is an optional extension of Env: AppendWithin is Append for records
+// that may wait up to withinMs for their msync (Config.LazySyncMs); the owner still
+// hears of them through Durable.
+type LazyAppender interface {
+	AppendWithin(entries []persistence.Entry, withinMs int64) (lastLSN uint64, err error)
+}
+
 type ladderOp struct {
 	hold    bool
 	level   int
@@ -130,6 +137,15 @@ type Config struct {
 	// gone: it is applied after the fire, as if it had come just after the due. 0 =
 	// fires are journaled at the due. See armed.go.
 	ArmMs int64
+	// LazySyncMs lets records that nothing waits for at once wait up to this long
+	// for their msync, riding on the next sync another append asks for: a step
+	// whose only messages are results' acknowledgements (a worker resends a result
+	// only after seconds), or fires armed ahead of their due, whose records need be
+	// durable only by the due less ArmMs-LazySyncMs (the sync's own budget, as
+	// before). Fewer msyncs under a steady stream of fires; an Env that is not a
+	// LazyAppender, or 0, syncs every step at once. Armed fires wait only when it
+	// is below ArmMs. DefaultLazySyncMs is what a node gives its shards.
+	LazySyncMs int64
 	// Mutations switched on by simulator tests to prove the invariants catch bugs.
 	Mutations Mutations
 }
@@ -427,7 +443,17 @@ func (c *Core) emit(t messages.RecordType, m proto.Message) {
 func (c *Core) flush(env Env) {
 	c.sendHeld(c.now) // a result, a new worker or a recount may have made room
 	if len(c.pending) > 0 && c.failed == nil {
-		last, err := env.Append(c.pending)
+		var last uint64
+		var err error
+		if la, ok := env.(LazyAppender); ok && c.cfg.LazySyncMs > 0 {
+			if w := c.syncWithin(); w > 0 {
+				last, err = la.AppendWithin(c.pending, w)
+			} else {
+				last, err = env.Append(c.pending)
+			}
+		} else {
+			last, err = env.Append(c.pending)
+		}
 		if err != nil {
 			c.fail(err)
 		} else {
@@ -453,6 +479,41 @@ func (c *Core) flush(env Env) {
 	if len(c.parked) > 0 && (c.frozen != nil || c.failed != nil) {
 		c.unpark(env) // a handoff, a split or a journal failure stopped the shard: answer them now
 	}
+}
+
+// syncWithin is how long this step's records may wait for their msync
+// (Config.LazySyncMs), 0 for at once: only a step that sends something, and only
+// results' acknowledgements or fires armed ahead of their due, may wait, an armed
+// fire only while its due less ArmMs-LazySyncMs has not come. A step that sends
+// nothing (a shard's opening, a timeout, an expiry) syncs at once as before, and a
+// frozen shard (a handoff, a split) waits for nothing.
+func (c *Core) syncWithin() int64 {
+	lazy := c.cfg.LazySyncMs
+	n := len(c.outbox)
+	if c.frozen != nil || n == 0 || !c.outbox[n-1].step {
+		return 0
+	}
+	w := lazy
+	for i := n - 1; i >= 0 && c.outbox[i].step; i-- {
+		switch m := c.outbox[i].m.(type) {
+		case *messages.ResultAck:
+		case *messages.Dispatch:
+			if !c.armed(c.outbox[i]) {
+				return 0
+			}
+			budget := c.cfg.ArmMs - lazy // the sync's own time before the due, as without
+			if budget <= 0 {
+				return 0
+			}
+			w = min(w, m.DueMs-c.seenMs-budget)
+		default:
+			return 0
+		}
+		if w <= 0 {
+			return 0
+		}
+	}
+	return w
 }
 
 // runLadder hands waiting retries to the ladder actors, or to the core's own timers

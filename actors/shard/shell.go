@@ -105,7 +105,7 @@ type Actor struct {
 	journal       Journal
 	log           *slog.Logger
 	ctx           actor.Context
-	timer         *time.Timer
+	timer         interface{ Stop() bool } // the next tick's alarm (alarm.go)
 	wakeAt        int64
 	lastSnap      uint64 // LSN of the last snapshot written
 	snapBusy      bool   // a snapshot is being encoded and written by its goroutine
@@ -319,7 +319,7 @@ func (a *Actor) arm() {
 	a.wakeAt = at
 	self, sys := a.ctx.Self(), a.system
 	d := time.Until(time.UnixMilli(at))
-	a.timer = time.AfterFunc(d, func() { sys.Root.Send(self, &tick{at: at}) })
+	a.timer = afterFunc(d, func() { sys.Root.Send(self, &tick{at: at}) })
 }
 
 // Append implements Env: the journal calls back from its flusher when durable.

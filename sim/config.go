@@ -233,6 +233,9 @@ type Config struct {
 	Mutations shardcore.Mutations
 	// ArmMs is every shard core's Config.ArmMs (DefaultConfig: what a node uses).
 	ArmMs int64
+	// LazySyncMs is every shard core's Config.LazySyncMs (DefaultConfig: what a
+	// node uses); the simulated journal lets such appends wait as the real one does.
+	LazySyncMs int64
 	// Quirks switch the simulated shells back to known-buggy behaviour.
 	Quirks Quirk
 	// Trace, when set, receives every trace line as it is written.
@@ -258,7 +261,7 @@ const (
 
 // DefaultConfig is the configuration of `kjob sim --seed seed`: every fault kind.
 func DefaultConfig(seed uint64) Config {
-	return Config{Seed: seed, Faults: AllFaults, ArmMs: shardcore.DefaultArmMs}
+	return Config{Seed: seed, Faults: AllFaults, ArmMs: shardcore.DefaultArmMs, LazySyncMs: shardcore.DefaultLazySyncMs}
 }
 
 func (c *Config) defaults() {
@@ -290,6 +293,9 @@ func (c Config) ReplayCommand() string {
 	}
 	if c.ArmMs != shardcore.DefaultArmMs {
 		cmd += fmt.Sprintf(" --arm-ms %d", c.ArmMs)
+	}
+	if c.LazySyncMs != shardcore.DefaultLazySyncMs {
+		cmd += fmt.Sprintf(" --lazy-sync-ms %d", c.LazySyncMs)
 	}
 	m := c.Mutations
 	if m.AckBeforeDurable {

@@ -133,12 +133,24 @@ type journal struct {
 	syncing bool
 	failed  error
 	waiters []waiter
+	// urgent: an append since the last fsync began wants one now; lazyAt: the
+	// earliest deadline of the lazy appends since then (0: none). A lazy append
+	// (shardcore.LazyAppender) starts no fsync of its own: it rides on the next
+	// one, or gets one at its deadline, as persistence.Journal.AppendWithin.
+	urgent bool
+	lazyAt int64
 }
 
 func (j *journal) unsynced() int { return len(j.d.log) - j.d.synced }
 
 // append journals entries for h (nil: the server's own records, done is called).
 func (j *journal) append(h *shardHost, entries []persistence.Entry, done func(uint64, error)) (uint64, error) {
+	return j.appendWithin(h, entries, done, 0)
+}
+
+// appendWithin is append for records that may wait up to withinMs for their fsync
+// (0: none).
+func (j *journal) appendWithin(h *shardHost, entries []persistence.Entry, done func(uint64, error), withinMs int64) (uint64, error) {
 	if j.failed != nil {
 		return 0, j.failed
 	}
@@ -151,6 +163,17 @@ func (j *journal) append(h *shardHost, entries []persistence.Entry, done func(ui
 		}
 	}
 	j.waiters = append(j.waiters, waiter{lsn: j.last, h: h, done: done})
+	if withinMs <= 0 {
+		j.urgent = true
+	} else if at := j.s.now + withinMs; j.lazyAt == 0 || at < j.lazyAt {
+		j.lazyAt = at
+		srv, inc := j.srv, j.srv.inc
+		j.s.after(withinMs, func() { // the flusher's timer
+			if srv.up && srv.inc == inc {
+				j.kick()
+			}
+		})
+	}
 	j.kick()
 	if j.srv.crashOnAppend {
 		j.srv.crashOnAppend = false
@@ -166,11 +189,16 @@ func (j *journal) append(h *shardHost, entries []persistence.Entry, done func(ui
 	return j.last, nil
 }
 
-// kick starts an fsync if none is running and something is unsynced.
+// kick starts an fsync if none is running and something is unsynced that an
+// append wants synced now (urgent, or a lazy deadline that has come).
 func (j *journal) kick() {
 	if j.syncing || j.unsynced() == 0 || j.failed != nil {
 		return
 	}
+	if !j.urgent && (j.lazyAt == 0 || j.s.now < j.lazyAt) {
+		return
+	}
+	j.urgent, j.lazyAt = false, 0 // this fsync takes everything appended so far
 	j.syncing = true
 	target, lsn := len(j.d.log), j.last
 	lat := j.s.between(1, 4)

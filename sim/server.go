@@ -145,6 +145,14 @@ func (h *shardHost) Append(entries []persistence.Entry) (uint64, error) {
 	return h.srv.j.append(h, entries, nil)
 }
 
+// AppendWithin implements shardcore.LazyAppender.
+func (h *shardHost) AppendWithin(entries []persistence.Entry, withinMs int64) (uint64, error) {
+	if h.gone {
+		return 0, fmt.Errorf("shard %s is gone from %s", h.name, h.srv.addr)
+	}
+	return h.srv.j.appendWithin(h, entries, nil, withinMs)
+}
+
 // Send implements shardcore.Env.
 func (h *shardHost) Send(to *messages.Ref, m proto.Message) {
 	if h.gone {
@@ -158,9 +166,10 @@ func (v *server) shardConfig(sh route.Shard) shardcore.Config {
 	return shardcore.Config{
 		Shard: sh, Self: v.shardRef(sh.String()),
 		DefaultAttempts: simAttempts, DefaultLadderMs: simLadderMs, DefaultTimeout: simTimeoutMs, GraceMs: simGraceMs,
-		Seed:      v.s.cfg.Seed,
-		Mutations: v.s.cfg.Mutations,
-		ArmMs:     v.s.cfg.ArmMs,
+		Seed:       v.s.cfg.Seed,
+		Mutations:  v.s.cfg.Mutations,
+		ArmMs:      v.s.cfg.ArmMs,
+		LazySyncMs: v.s.cfg.LazySyncMs,
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 // prints the exact command that replays it.
 func simCmd() *cobra.Command {
 	var (
-		armMs            int64
+		armMs, lazyMs    int64
 		seed             uint64
 		seeds            int
 		steps            int64
@@ -58,8 +58,11 @@ failure prints its seed, step, the tail of its trace and the command to replay i
 			if armMs < 0 {
 				return &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "arm-ms", Message: fmt.Sprintf("%d: must not be negative", armMs)}
 			}
+			if lazyMs < 0 {
+				return &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "lazy-sync-ms", Message: fmt.Sprintf("%d: must not be negative", lazyMs)}
+			}
 			base := sim.Config{Steps: steps, DurationMs: duration.Milliseconds(), HealMs: healAt.Milliseconds(),
-				Faults: fs, Quirks: qs, TailLines: tailLines, CheckBalance: checkBalance, ArmMs: armMs}
+				Faults: fs, Quirks: qs, TailLines: tailLines, CheckBalance: checkBalance, ArmMs: armMs, LazySyncMs: lazyMs}
 			for _, m := range mutate {
 				if err := sim.ParseMutation(m, &base.Mutations); err != nil {
 					return err
@@ -113,6 +116,7 @@ failure prints its seed, step, the tail of its trace and the command to replay i
 	c.Flags().DurationVar(&healAt, "heal", 0, "virtual time at which faults stop (default 55% of --duration)")
 	c.Flags().BoolVar(&checkBalance, "check-balance", false, "also check that a move the NameServer's strategy wants is done within the bound once settled (for long runs, e.g. --duration 120s --heal 20s)")
 	c.Flags().Int64Var(&armMs, "arm-ms", shardcore.DefaultArmMs, "shards journal a fire up to this many ms before its due and send it at the due (0: journal at the due)")
+	c.Flags().Int64Var(&lazyMs, "lazy-sync-ms", shardcore.DefaultLazySyncMs, "shards let results' acks and armed fires wait this many ms for a shared fsync (0: every step syncs at once)")
 	c.Flags().IntVar(&tailLines, "tail", 0, fmt.Sprintf("trace lines shown with a failure (default %d)", sim.DefaultTailLines))
 	return c
 }

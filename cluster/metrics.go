@@ -358,6 +358,8 @@ func (mj meteredJournal) Append(entries []persistence.Entry, cb func(lastLSN uin
 	return mj.AppendWithin(entries, 0, cb)
 }
 
+func (mj meteredJournal) SyncNow() { mj.j.SyncNow() }
+
 func (mj meteredJournal) AppendWithin(entries []persistence.Entry, within time.Duration, cb func(lastLSN uint64, err error)) (uint64, uint64, error) {
 	m := mj.m
 	t0 := time.Now()

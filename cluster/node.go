@@ -172,7 +172,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	recDone := make(chan error, 1)
 	go func() {
 		j, err := persistence.Open(persistence.Options{Dir: cfg.DataDir, Sync: cfg.Sync,
-			SegmentSizeBytes: cfg.SegmentSizeBytes, Logger: cfg.Log})
+			SegmentSizeBytes: cfg.SegmentSizeBytes, Logger: cfg.Log, AfterFunc: shard.AfterFunc})
 		if err != nil {
 			recDone <- fmt.Errorf("open journal in %s: %w", cfg.DataDir, err)
 			return

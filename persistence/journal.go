@@ -62,6 +62,10 @@ type Options struct {
 	// choice, never a default; the report and the log say where.
 	TruncateOnCorruption bool
 	Logger               *slog.Logger // may be nil
+	// AfterFunc is the timer of lazy appends' deadlines (AppendWithin): nil for
+	// time.AfterFunc. A node gives it the shards' precise alarm clock, since an
+	// idle Go runtime wakes its timers up to a millisecond late.
+	AfterFunc func(d time.Duration, fn func()) interface{ Stop() bool }
 
 	backend backend // tests and benchmarks only
 }
@@ -605,6 +609,24 @@ func (j *Journal) AppendWait(ctx context.Context, entries ...Entry) (lastLSN uin
 	}
 }
 
+// SyncNow asks the flusher to sync everything appended so far, lazy appends
+// included, without waiting for it. Under SyncInterval and SyncNone it does
+// nothing (their syncs come as they always do).
+func (j *Journal) SyncNow() {
+	if j.opts.Sync != SyncAlways {
+		return
+	}
+	j.mu.Lock()
+	ask := !j.closed && j.fatal == nil && j.next-1 > j.durable.Load()
+	if ask {
+		j.urgent = true
+	}
+	j.mu.Unlock()
+	if ask {
+		j.kickNow()
+	}
+}
+
 // appendInternal appends one journal-owned record and waits for it.
 func (j *Journal) appendInternal(stream uint64, typ uint8) (uint64, error) {
 	done := make(chan error, 1)
@@ -663,9 +685,17 @@ func (j *Journal) flushLoop() {
 		defer t.Stop()
 		tick = t.C
 	}
-	lazy := time.NewTimer(time.Hour)
-	lazy.Stop()
-	defer lazy.Stop()
+	afterFunc := j.opts.AfterFunc
+	if afterFunc == nil {
+		afterFunc = func(d time.Duration, fn func()) interface{ Stop() bool } { return time.AfterFunc(d, fn) }
+	}
+	lazyC := make(chan struct{}, 1)
+	var lazy interface{ Stop() bool }
+	defer func() {
+		if lazy != nil {
+			lazy.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-j.stop:
@@ -673,10 +703,19 @@ func (j *Journal) flushLoop() {
 			return
 		case <-j.kick:
 		case <-tick:
-		case <-lazy.C:
+		case <-lazyC:
 		}
 		if wait := j.lazyWait(); wait > 0 {
-			lazy.Reset(wait) // only lazy records wait, and none is due yet
+			// Only lazy records wait, and none is due yet: wake at the earliest.
+			if lazy != nil {
+				lazy.Stop()
+			}
+			lazy = afterFunc(wait, func() {
+				select {
+				case lazyC <- struct{}{}:
+				default:
+				}
+			})
 			continue
 		}
 		j.flush()

@@ -607,8 +607,13 @@ func TestAppendWithinRidesOnTheNextSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if lsn := <-durable; lsn > urgent || lsn < lazy1 {
-			t.Fatalf("lazy callback with LSN %d (lazy from %d, urgent %d)", lsn, lazy1, urgent)
+		select {
+		case lsn := <-durable:
+			if lsn > urgent || lsn < lazy1 {
+				t.Fatalf("lazy callback with LSN %d (lazy from %d, urgent %d)", lsn, lazy1, urgent)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the urgent append's sync did not call the lazy appends' callbacks")
 		}
 	}
 	if n := syncs.Load(); n != 1 {
@@ -692,6 +697,12 @@ func TestAppendWithinOtherPolicies(t *testing.T) {
 			if _, _, err := j.AppendWithin([]Entry{{Stream: 1, Type: 1}}, time.Hour, func(_ uint64, err error) { done <- err }); err != nil {
 				t.Fatal(err)
 			}
+			j.mu.Lock()
+			lazyBy := j.lazyBy
+			j.mu.Unlock()
+			if !lazyBy.IsZero() {
+				t.Fatalf("%s: a lazy deadline was kept (%v)", p, lazyBy)
+			}
 			select {
 			case err := <-done:
 				if err != nil {
@@ -701,5 +712,60 @@ func TestAppendWithinOtherPolicies(t *testing.T) {
 				t.Fatalf("%s: AppendWithin waited for its hour", p)
 			}
 		})
+	}
+}
+
+// SyncNow syncs what lazy appends left waiting, without an append of its own.
+func TestSyncNowCarriesLazyAppends(t *testing.T) {
+	j := openT(t, Options{Dir: t.TempDir()})
+	defer closeT(t, j)
+	syncs := countSyncs(j)
+	j.SyncNow() // nothing appended: nothing to sync
+	done := make(chan uint64, 1)
+	_, last, err := j.AppendWithin([]Entry{{Stream: 1, Type: 1}}, time.Hour, func(lsn uint64, err error) {
+		if err != nil {
+			t.Errorf("callback: %v", err)
+		}
+		done <- lsn
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.SyncNow()
+	select {
+	case lsn := <-done:
+		if lsn != last {
+			t.Fatalf("durable %d, want %d", lsn, last)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("SyncNow did not sync a lazy append")
+	}
+	if n := syncs.Load(); n != 1 {
+		t.Fatalf("%d syncs, want 1", n)
+	}
+}
+
+// The lazy deadline's timer is Options.AfterFunc when given.
+func TestLazyTimerIsOptionsAfterFunc(t *testing.T) {
+	var calls atomic.Int64
+	j := openT(t, Options{Dir: t.TempDir(), AfterFunc: func(d time.Duration, fn func()) interface{ Stop() bool } {
+		calls.Add(1)
+		return time.AfterFunc(d, fn)
+	}})
+	defer closeT(t, j)
+	done := make(chan error, 1)
+	if _, _, err := j.AppendWithin([]Entry{{Stream: 1, Type: 1}}, 5*time.Millisecond, func(_ uint64, err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lazy append was never synced")
+	}
+	if calls.Load() == 0 {
+		t.Fatal("the journal did not use Options.AfterFunc for the lazy deadline")
 	}
 }

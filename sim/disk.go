@@ -189,6 +189,14 @@ func (j *journal) appendWithin(h *shardHost, entries []persistence.Entry, done f
 	return j.last, nil
 }
 
+// syncNow asks for an fsync of everything appended so far (a shard's SyncNow).
+func (j *journal) syncNow() {
+	if j.unsynced() > 0 {
+		j.urgent = true
+		j.kick()
+	}
+}
+
 // kick starts an fsync if none is running and something is unsynced that an
 // append wants synced now (urgent, or a lazy deadline that has come).
 func (j *journal) kick() {

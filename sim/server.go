@@ -145,12 +145,19 @@ func (h *shardHost) Append(entries []persistence.Entry) (uint64, error) {
 	return h.srv.j.append(h, entries, nil)
 }
 
-// AppendWithin implements shardcore.LazyAppender.
-func (h *shardHost) AppendWithin(entries []persistence.Entry, withinMs int64) (uint64, error) {
+// AppendBy implements shardcore.LazyAppender.
+func (h *shardHost) AppendBy(entries []persistence.Entry, byMs int64) (uint64, error) {
 	if h.gone {
 		return 0, fmt.Errorf("shard %s is gone from %s", h.name, h.srv.addr)
 	}
-	return h.srv.j.appendWithin(h, entries, nil, withinMs)
+	return h.srv.j.appendWithin(h, entries, nil, byMs-h.srv.now())
+}
+
+// SyncNow implements shardcore.LazyAppender.
+func (h *shardHost) SyncNow() {
+	if !h.gone {
+		h.srv.j.syncNow()
+	}
 }
 
 // Send implements shardcore.Env.

@@ -39,6 +39,8 @@ func (j *heldJournal) Append(entries []persistence.Entry, cb func(uint64, error)
 	return first, j.lsn, nil
 }
 
+func (j *heldJournal) SyncNow() {}
+
 func (j *heldJournal) AppendWithin(es []persistence.Entry, _ time.Duration, cb func(uint64, error)) (uint64, uint64, error) {
 	return j.Append(es, cb)
 }

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"container/heap"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -73,9 +74,14 @@ func (c *alarmClock) arm(at time.Time) {
 }
 
 func (c *alarmClock) loop() {
+	logged := false
 	for {
 		if err := c.b.wait(); err != nil {
-			time.Sleep(time.Millisecond) // (a backend that cannot wait: Go's timer arms)
+			if !logged {
+				logged = true
+				slog.Error("shard alarm clock: its timer cannot be read; polling every millisecond", "err", err)
+			}
+			time.Sleep(time.Millisecond)
 		}
 		c.fire()
 	}
@@ -134,8 +140,10 @@ var alarms = sync.OnceValue(func() *alarmClock {
 	return c
 })
 
-// afterFunc is time.AfterFunc on the alarm clock where there is one.
-func afterFunc(d time.Duration, fn func()) interface{ Stop() bool } {
+// AfterFunc is time.AfterFunc on the process's alarm clock where there is one: fn
+// runs on the clock's goroutine and must not block. A node's journal times its
+// lazy syncs with it too (persistence.Options.AfterFunc).
+func AfterFunc(d time.Duration, fn func()) interface{ Stop() bool } {
 	if c := alarms(); c != nil {
 		return c.AfterFunc(d, fn)
 	}

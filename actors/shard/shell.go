@@ -21,6 +21,9 @@ type Journal interface {
 	// AppendWithin is Append for records that may wait up to within for their sync
 	// (persistence.Journal.AppendWithin).
 	AppendWithin(entries []persistence.Entry, within time.Duration, cb func(lastLSN uint64, err error)) (uint64, uint64, error)
+	// SyncNow asks for a sync of everything appended so far, without waiting
+	// (persistence.Journal.SyncNow).
+	SyncNow()
 	WriteSnapshot(stream, lsn uint64, data []byte) error
 	DropStream(stream uint64) error
 }
@@ -319,7 +322,7 @@ func (a *Actor) arm() {
 	a.wakeAt = at
 	self, sys := a.ctx.Self(), a.system
 	d := time.Until(time.UnixMilli(at))
-	a.timer = afterFunc(d, func() { sys.Root.Send(self, &tick{at: at}) })
+	a.timer = AfterFunc(d, func() { sys.Root.Send(self, &tick{at: at}) })
 }
 
 // Append implements Env: the journal calls back from its flusher when durable.
@@ -330,11 +333,18 @@ func (a *Actor) Append(entries []persistence.Entry) (uint64, error) {
 
 var _ core.LazyAppender = (*Actor)(nil)
 
-// AppendWithin implements core.LazyAppender.
-func (a *Actor) AppendWithin(entries []persistence.Entry, withinMs int64) (uint64, error) {
-	_, last, err := a.journal.AppendWithin(entries, time.Duration(withinMs)*time.Millisecond, a.durableCallback())
+// AppendBy implements core.LazyAppender.
+func (a *Actor) AppendBy(entries []persistence.Entry, byMs int64) (uint64, error) {
+	within := time.Until(time.UnixMilli(byMs))
+	if within <= 0 {
+		return a.Append(entries)
+	}
+	_, last, err := a.journal.AppendWithin(entries, within, a.durableCallback())
 	return last, err
 }
+
+// SyncNow implements core.LazyAppender.
+func (a *Actor) SyncNow() { a.journal.SyncNow() }
 
 // durableCallback is the journal's callback for an append: it records what became
 // durable (or the failure) and wakes the shard once for any number of them.

@@ -92,11 +92,14 @@ type Recorder interface {
 	Recorded(types []messages.RecordType, ms []proto.Message)
 }
 
-// LazyAppender is an optional extension of Env: AppendWithin is Append for records
-// that may wait up to withinMs for their msync (Config.LazySyncMs); the owner still
-// hears of them through Durable.
+// LazyAppender is an optional extension of Env: AppendBy is Append for records
+// that may wait for their msync until byMs, on the clock the core is given
+// (Config.LazySyncMs); the owner still hears of them through Durable.
 type LazyAppender interface {
-	AppendWithin(entries []persistence.Entry, withinMs int64) (lastLSN uint64, err error)
+	AppendBy(entries []persistence.Entry, byMs int64) (lastLSN uint64, err error)
+	// SyncNow asks for a sync of everything appended so far, without waiting: a
+	// reply that waits behind lazy records, in a step with none of its own.
+	SyncNow()
 }
 
 type ladderOp struct {
@@ -254,6 +257,7 @@ type Core struct {
 	appended  uint64
 	durable   uint64
 	outbox    []outMsg
+	waitsNow  bool        // a message queued since the last flush waits for the journal and may not wait lazily (mayWait)
 	parked    []parkedCmd // commands waiting for a job's armed run to go (armed.go)
 	unparking bool        // a parked command is being handled (firstDue)
 	parkedAt  int64       // and when it came
@@ -445,9 +449,9 @@ func (c *Core) flush(env Env) {
 	if len(c.pending) > 0 && c.failed == nil {
 		var last uint64
 		var err error
-		if la, ok := env.(LazyAppender); ok && c.cfg.LazySyncMs > 0 {
-			if w := c.syncWithin(); w > 0 {
-				last, err = la.AppendWithin(c.pending, w)
+		if la, ok := env.(LazyAppender); ok && c.cfg.LazySyncMs > 0 && !c.waitsNow {
+			if by, ok := c.syncBy(); ok {
+				last, err = la.AppendBy(c.pending, by)
 			} else {
 				last, err = env.Append(c.pending)
 			}
@@ -466,6 +470,12 @@ func (c *Core) flush(env Env) {
 			}
 		}
 	}
+	if c.waitsNow && len(c.pending) == 0 && c.appended > c.durable && c.failed == nil {
+		if la, ok := env.(LazyAppender); ok {
+			la.SyncNow() // a reply queued behind records that were waiting lazily
+		}
+	}
+	c.waitsNow = false
 	c.packDue()
 	clear(c.pending) // (their payloads: pendBuf's old arrays)
 	c.pending = c.pending[:0]
@@ -481,39 +491,33 @@ func (c *Core) flush(env Env) {
 	}
 }
 
-// syncWithin is how long this step's records may wait for their msync
-// (Config.LazySyncMs), 0 for at once: only a step that sends something, and only
-// results' acknowledgements or fires armed ahead of their due, may wait, an armed
-// fire only while its due less ArmMs-LazySyncMs has not come. A step that sends
-// nothing (a shard's opening, a timeout, an expiry) syncs at once as before, and a
-// frozen shard (a handoff, a split) waits for nothing.
-func (c *Core) syncWithin() int64 {
+// syncBy is when this step's records must be durable by (Config.LazySyncMs), or
+// false for at once: only a step that sends something, and only results'
+// acknowledgements or fires armed ahead of their due, may wait: an ack LazySyncMs,
+// an armed fire until its due less ArmMs-LazySyncMs (the sync's own time before
+// the due, as without). A step that sends nothing (a shard's opening, a timeout,
+// an expiry) syncs at once as before, and a frozen shard (a handoff, a split)
+// waits for nothing.
+func (c *Core) syncBy() (int64, bool) {
 	lazy := c.cfg.LazySyncMs
 	n := len(c.outbox)
 	if c.frozen != nil || n == 0 || !c.outbox[n-1].step {
-		return 0
+		return 0, false
 	}
-	w := lazy
+	by := c.seenMs + lazy
 	for i := n - 1; i >= 0 && c.outbox[i].step; i-- {
-		switch m := c.outbox[i].m.(type) {
-		case *messages.ResultAck:
-		case *messages.Dispatch:
-			if !c.armed(c.outbox[i]) {
-				return 0
-			}
-			budget := c.cfg.ArmMs - lazy // the sync's own time before the due, as without
-			if budget <= 0 {
-				return 0
-			}
-			w = min(w, m.DueMs-c.seenMs-budget)
-		default:
-			return 0
+		if !c.mayWait(c.outbox[i]) {
+			return 0, false
 		}
-		if w <= 0 {
-			return 0
+		if d, ok := c.outbox[i].m.(*messages.Dispatch); ok {
+			budget := c.cfg.ArmMs - lazy
+			if budget <= 0 {
+				return 0, false
+			}
+			by = min(by, d.DueMs-budget)
 		}
 	}
-	return w
+	return by, by > c.seenMs
 }
 
 // runLadder hands waiting retries to the ladder actors, or to the core's own timers
@@ -586,7 +590,23 @@ func (c *Core) send(to *messages.Ref, m proto.Message) {
 	if to == nil || c.failed != nil {
 		return
 	}
-	c.outbox = append(c.outbox, outMsg{lsn: c.appended, to: to, m: m, step: len(c.pending) > 0})
+	o := outMsg{lsn: c.appended, to: to, m: m, step: len(c.pending) > 0}
+	c.outbox = append(c.outbox, o)
+	if !c.waitsNow && (o.step || o.lsn > c.durable) && !c.mayWait(o) {
+		c.waitsNow = true
+	}
+}
+
+// mayWait says whether o may wait for a lazy sync (Config.LazySyncMs): a result's
+// acknowledgement, or a fire armed ahead of its due.
+func (c *Core) mayWait(o outMsg) bool {
+	switch o.m.(type) {
+	case *messages.ResultAck:
+		return true
+	case *messages.Dispatch:
+		return c.armed(o)
+	}
+	return false
 }
 
 func (c *Core) release(env Env) {

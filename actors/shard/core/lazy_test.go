@@ -9,34 +9,37 @@ import (
 	"github.com/kjob/kjob/persistence"
 )
 
-// lazyEnv is a fakeEnv that is a LazyAppender: it records how long each append
-// was allowed to wait for its sync (0: Append).
+// lazyEnv is a fakeEnv that is a LazyAppender: it records the deadline each
+// append was given (0: Append, at once) and the SyncNow calls.
 type lazyEnv struct {
 	fakeEnv
-	within []int64
+	by    []int64
+	syncs int
 }
 
 func (e *lazyEnv) Append(es []persistence.Entry) (uint64, error) {
-	e.within = append(e.within, 0)
+	e.by = append(e.by, 0)
 	return e.fakeEnv.Append(es)
 }
 
-func (e *lazyEnv) AppendWithin(es []persistence.Entry, withinMs int64) (uint64, error) {
-	if withinMs <= 0 {
-		panic("AppendWithin with nothing to wait")
+func (e *lazyEnv) AppendBy(es []persistence.Entry, byMs int64) (uint64, error) {
+	if byMs <= 0 {
+		panic("AppendBy with no deadline")
 	}
-	e.within = append(e.within, withinMs)
+	e.by = append(e.by, byMs)
 	return e.fakeEnv.Append(es)
 }
 
-// lastWithin is the wait of the latest append, and forgets the others.
-func (e *lazyEnv) lastWithin(t *testing.T) int64 {
+func (e *lazyEnv) SyncNow() { e.syncs++ }
+
+// lastBy is the deadline of the latest append, and forgets the others.
+func (e *lazyEnv) lastBy(t *testing.T) int64 {
 	t.Helper()
-	if len(e.within) == 0 {
+	if len(e.by) == 0 {
 		t.Fatal("no append")
 	}
-	w := e.within[len(e.within)-1]
-	e.within = nil
+	w := e.by[len(e.by)-1]
+	e.by = nil
 	return w
 }
 
@@ -47,25 +50,32 @@ func newLazyCore(now, armMs, lazyMs int64) (*Core, *lazyEnv) {
 	c.Durable(e.lsn, nil, e)
 	c.SetWorkers(now, []*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 4}}, e)
 	e.take()
-	e.within = nil
+	e.by = nil
 	return c, e
 }
 
+func onceAt(id, atMs int64) *messages.Job {
+	j := onceJob(id, 0)
+	j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_ONCE, AtMs: atMs}
+	return j
+}
+
 // Only steps whose messages are all results' acknowledgements or fires armed ahead
-// of their due may wait for their sync (Config.LazySyncMs); a create's reply, an
-// unarmed dispatch, a step that sends nothing, and a frozen shard's steps go at once.
+// of their due may wait for their sync (Config.LazySyncMs), an ack LazySyncMs and
+// an armed fire until its due less ArmMs-LazySyncMs; a create's reply and an
+// unarmed dispatch go at once.
 func TestLazySyncOnlyForAcksAndArmedFires(t *testing.T) {
 	c, e := newLazyCore(1000, 5, 2)
-	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 50)}, e)
-	if w := e.lastWithin(t); w != 0 {
-		t.Fatalf("a create's step waited %d ms for its sync", w)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceAt(7, 1050)}, e)
+	if by := e.lastBy(t); by != 0 {
+		t.Fatalf("a create's step may wait until %d for its sync", by)
 	}
 	c.Durable(e.lsn, nil, e)
 	e.take()
 
 	c.Tick(1045, e) // armed 5 ms ahead: may wait until 1050-(5-2)
-	if w := e.lastWithin(t); w != 2 {
-		t.Fatalf("an armed fire's step: within %d, want 2", w)
+	if by := e.lastBy(t); by != 1047 {
+		t.Fatalf("an armed fire's step: by %d, want 1047", by)
 	}
 	c.Durable(e.lsn, nil, e)
 	c.Tick(1050, e)
@@ -74,8 +84,8 @@ func TestLazySyncOnlyForAcksAndArmedFires(t *testing.T) {
 		t.Fatalf("at the due: %v", d)
 	}
 	c.Handle(1051, wref, &messages.RunResult{RunId: d[0].RunId, Attempt: d[0].Attempt, Epoch: 1, Outcome: messages.Outcome_SUCCEEDED, Worker: wref}, e)
-	if w := e.lastWithin(t); w != 2 {
-		t.Fatalf("a result's step: within %d, want 2", w)
+	if by := e.lastBy(t); by != 1053 {
+		t.Fatalf("a result's step: by %d, want 1053", by)
 	}
 	if s := e.take(); len(s) != 0 {
 		t.Fatalf("the ack went before its record was durable: %v", s)
@@ -87,46 +97,91 @@ func TestLazySyncOnlyForAcksAndArmedFires(t *testing.T) {
 		t.Fatalf("after durable: %v, want the ack", s)
 	}
 
-	// Armed later than ArmMs-LazySyncMs before its due (a job created 2 ms before
-	// it): no time to wait.
-	c.Handle(2000, client, &messages.CreateJob{Job: onceJob(8, 2)}, e)
+	// Armed a little late (the tick came at 1096 for a due at 1100): the due less
+	// the sync's budget comes before the ack's deadline would.
+	c.Handle(1060, client, &messages.CreateJob{Job: onceAt(8, 1100)}, e)
 	c.Durable(e.lsn, nil, e)
 	e.take()
-	e.within = nil
+	e.by = nil
+	c.Tick(1096, e)
+	if by := e.lastBy(t); by != 1097 {
+		t.Fatalf("a fire armed 4 ms ahead: by %d, want 1097", by)
+	}
+	c.Durable(e.lsn, nil, e)
+	c.Tick(1100, e)
+	e.take()
+
+	// Armed 2 ms before its due (created that late): no time to wait.
+	c.Handle(2000, client, &messages.CreateJob{Job: onceAt(9, 2002)}, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	e.by = nil
 	c.Tick(2000, e)
-	if w := e.lastWithin(t); w != 0 {
-		t.Fatalf("a fire armed 2 ms before its due waited %d ms", w)
+	if by := e.lastBy(t); by != 0 {
+		t.Fatalf("a fire armed 2 ms before its due may wait until %d", by)
 	}
 	c.Durable(e.lsn, nil, e)
 	c.Tick(2002, e)
 	e.take()
 
-	// A fire at its due (not armed) is urgent.
-	c.Handle(3000, client, &messages.CreateJob{Job: onceJob(9, 0)}, e)
+	// A fire at its due (not armed ahead: the shard ticked late) is urgent.
+	c.Handle(3000, client, &messages.CreateJob{Job: onceAt(10, 3010)}, e)
 	c.Durable(e.lsn, nil, e)
 	e.take()
-	e.within = nil
-	c.Tick(3000, e)
-	if w := e.lastWithin(t); w != 0 {
-		t.Fatalf("an unarmed fire waited %d ms", w)
+	e.by = nil
+	c.Tick(3010, e)
+	if by := e.lastBy(t); by != 0 {
+		t.Fatalf("an unarmed fire may wait until %d", by)
 	}
 }
 
-// A step that sends nothing syncs at once, and so does a shard with LazySyncMs 0
-// or an Env that is not a LazyAppender.
+// A reply queued behind records that wait lazily, in a step with no records of its
+// own, asks for a sync (SyncNow) instead of waiting out their deadline.
+func TestLazySyncReplyBehindLazyRecords(t *testing.T) {
+	c, e := newLazyCore(1000, 5, 2)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceAt(7, 1050)}, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	c.Tick(1045, e) // lazy: the armed fire's record
+	if by := e.lastBy(t); by == 0 {
+		t.Fatal("the armed fire's step did not wait lazily")
+	}
+	c.Handle(1046, client, &messages.GetJob{App: "app", Id: 7}, e) // nothing to journal
+	if e.syncs != 1 {
+		t.Fatalf("a read behind a lazy record asked for %d syncs, want 1", e.syncs)
+	}
+	if len(e.by) != 0 {
+		t.Fatalf("a read appended: %v", e.by)
+	}
+	if s := e.take(); len(s) != 0 {
+		t.Fatalf("the reply went before the record ahead of it was durable: %v", s)
+	}
+	c.Durable(e.lsn, nil, e)
+	if s := e.take(); len(s) != 1 {
+		t.Fatalf("after durable: %v, want the reply", s)
+	}
+	c.Handle(1047, client, &messages.GetJob{App: "app", Id: 7}, e) // all durable: nothing to ask
+	if e.syncs != 1 {
+		t.Fatalf("a read with nothing unsynced asked for a sync (%d)", e.syncs)
+	}
+}
+
+// A step that sends nothing syncs at once, and so does a shard with LazySyncMs 0.
+// (A frozen shard's steps journal nothing but its handoff's records, which the
+// server's journal sends through Append whatever it is asked: actors/server.)
 func TestLazySyncOffAndQuietSteps(t *testing.T) {
 	c, e := newLazyCore(1000, 5, 0)
-	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 50)}, e)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceAt(7, 1050)}, e)
 	c.Durable(e.lsn, nil, e)
 	c.Tick(1045, e)
-	if slices.ContainsFunc(e.within, func(w int64) bool { return w != 0 }) {
-		t.Fatalf("LazySyncMs 0 waited: %v", e.within)
+	if slices.ContainsFunc(e.by, func(w int64) bool { return w != 0 }) {
+		t.Fatalf("LazySyncMs 0 waited: %v", e.by)
 	}
 
 	c = New(Config{Shard: route.Root("app"), ArmMs: 5, LazySyncMs: 2}, 1000, 1)
 	e = &lazyEnv{}
 	c.Open(e) // journals its opening, sends nothing
-	if len(e.within) != 1 || e.within[0] != 0 {
-		t.Fatalf("a step sending nothing: %v", e.within)
+	if len(e.by) != 1 || e.by[0] != 0 {
+		t.Fatalf("a step sending nothing: %v", e.by)
 	}
 }

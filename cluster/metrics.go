@@ -56,6 +56,7 @@ type nodeMetrics struct {
 	journalBytes    prometheus.Counter
 	journalRecords  prometheus.Counter
 	journalErrors   prometheus.Counter
+	journalLazy     prometheus.Counter
 	snapshotSeconds prometheus.Histogram
 	snapshotBytes   prometheus.Counter
 
@@ -91,6 +92,8 @@ func newMetrics(n *Node) *nodeMetrics {
 		journalBytes:   f.counter("kjob_journal_appended_bytes_total", "Bytes appended to the journal by shards, framing included."),
 		journalRecords: f.counter("kjob_journal_appended_records_total", "Records appended to the journal by shards."),
 		journalErrors:  f.counter("kjob_journal_append_errors_total", "Journal appends or syncs that failed (each is fatal for the shard)."),
+		journalLazy: f.counter("kjob_journal_lazy_appends_total",
+			"Shard appends whose sync may wait to be shared (results' acks, armed fires: NodeConfig.LazySyncMs)."),
 		snapshotSeconds: f.histogram("kjob_journal_snapshot_seconds",
 			"Time a shard snapshot took to write (temporary file, fsync, rename).", snapshotBuckets),
 		snapshotBytes: f.counter("kjob_journal_snapshot_bytes_total", "Bytes of shard snapshots written."),
@@ -122,6 +125,14 @@ func newMetrics(n *Node) *nodeMetrics {
 					return 0
 				}
 				return float64(n.journal.LastLSN())
+			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kjob_journal_syncs_total",
+			Help: "Group commits (msyncs) of the node's journal; appended records per sync is their gain."},
+			func() float64 {
+				if n.journal == nil {
+					return 0
+				}
+				return float64(n.journal.Syncs())
 			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_journal_recovered_records", Help: "Records the journal held when the node started."},
 			func() float64 { return float64(n.report.Records) }),
@@ -382,6 +393,9 @@ func (mj meteredJournal) AppendWithin(entries []persistence.Entry, within time.D
 	}
 	m.journalBytes.Add(float64(n))
 	m.journalRecords.Add(float64(len(entries)))
+	if within > 0 {
+		m.journalLazy.Inc()
+	}
 	return first, last, nil
 }
 

@@ -166,6 +166,7 @@ type Journal struct {
 
 	durable atomic.Uint64
 	last    atomic.Uint64
+	syncs   atomic.Uint64 // flushes that synced something (Syncs)
 
 	rw     sync.RWMutex // shared by readers of mappings, exclusive to unmap
 	snapMu sync.Mutex   // serializes WriteSnapshot, DropStream and Compact
@@ -440,6 +441,10 @@ func (j *Journal) RecordsAfter(stream, lsn uint64) int {
 	}
 	return n
 }
+
+// Syncs is how many group commits the journal has made: flushes that msynced or
+// fsynced something. Records appended per sync is the group commit's gain.
+func (j *Journal) Syncs() uint64 { return j.syncs.Load() }
 
 // DurableLSN returns the highest LSN known durable.
 func (j *Journal) DurableLSN() uint64 { return j.durable.Load() }
@@ -760,7 +765,9 @@ func (j *Journal) flush() {
 	// still listed dirty, and Close stops this goroutine before unmapping.
 	var err error
 	if j.opts.Sync != SyncNone {
+		synced := false
 		for _, jb := range jobs {
+			synced = synced || jb.to > jb.from || jb.dir
 			if jb.to > jb.from {
 				if err = j.syncRange(jb.s, jb.from, jb.to); err != nil {
 					break
@@ -771,6 +778,9 @@ func (j *Journal) flush() {
 					break
 				}
 			}
+		}
+		if synced {
+			j.syncs.Add(1)
 		}
 	}
 	if err != nil {

@@ -478,8 +478,11 @@ func TestSyncPolicies(t *testing.T) {
 				t.Errorf("20 interval acks took only %v", time.Since(start))
 			}
 			closeT(t, j)
-			if p == SyncNone && calls != 0 {
-				t.Errorf("SyncNone synced %d times", calls)
+			if p == SyncNone && (calls != 0 || j.Syncs() != 0) {
+				t.Errorf("SyncNone synced %d times (Syncs() %d)", calls, j.Syncs())
+			}
+			if p == SyncInterval && j.Syncs() == 0 {
+				t.Error("SyncInterval: Syncs() = 0")
 			}
 			j = openT(t, Options{Dir: dir})
 			defer closeT(t, j)
@@ -742,6 +745,9 @@ func TestSyncNowCarriesLazyAppends(t *testing.T) {
 	}
 	if n := syncs.Load(); n != 1 {
 		t.Fatalf("%d syncs, want 1", n)
+	}
+	if n := j.Syncs(); n != 1 {
+		t.Fatalf("Syncs() = %d, want 1", n)
 	}
 }
 

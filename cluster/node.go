@@ -337,25 +337,23 @@ func (s *startSignal) StartMember(c *pcluster.Cluster) error {
 	return err
 }
 
+// msSetting is a NodeConfig setting in ms where 0 means the default and a
+// negative value none (0 in the shard's Config).
+func msSetting(v, def int64) int64 {
+	switch {
+	case v == 0:
+		return def
+	case v > 0:
+		return v
+	}
+	return 0
+}
+
 func (n *Node) newCore(s route.Shard, epoch int64) *shardcore.Core {
 	cfg := n.cfg.Shard
 	cfg.Shard = s
-	switch {
-	case n.cfg.ArmMs == 0:
-		cfg.ArmMs = shardcore.DefaultArmMs
-	case n.cfg.ArmMs > 0:
-		cfg.ArmMs = n.cfg.ArmMs
-	default:
-		cfg.ArmMs = 0
-	}
-	switch {
-	case n.cfg.LazySyncMs == 0:
-		cfg.LazySyncMs = shardcore.DefaultLazySyncMs
-	case n.cfg.LazySyncMs > 0:
-		cfg.LazySyncMs = n.cfg.LazySyncMs
-	default:
-		cfg.LazySyncMs = 0
-	}
+	cfg.ArmMs = msSetting(n.cfg.ArmMs, shardcore.DefaultArmMs)
+	cfg.LazySyncMs = msSetting(n.cfg.LazySyncMs, shardcore.DefaultLazySyncMs)
 	if p := n.cfg.AppPolicies[s.App]; p != nil {
 		cfg.AppPolicy = p
 	}

@@ -139,18 +139,19 @@ func (h *shardHost) reported() bool {
 
 // Append implements shardcore.Env.
 func (h *shardHost) Append(entries []persistence.Entry) (uint64, error) {
-	if h.gone {
-		return 0, fmt.Errorf("shard %s is gone from %s", h.name, h.srv.addr)
-	}
-	return h.srv.j.append(h, entries, nil)
+	return h.appendWithin(entries, 0)
 }
 
 // AppendBy implements shardcore.LazyAppender.
 func (h *shardHost) AppendBy(entries []persistence.Entry, byMs int64) (uint64, error) {
+	return h.appendWithin(entries, byMs-h.srv.now())
+}
+
+func (h *shardHost) appendWithin(entries []persistence.Entry, withinMs int64) (uint64, error) {
 	if h.gone {
 		return 0, fmt.Errorf("shard %s is gone from %s", h.name, h.srv.addr)
 	}
-	return h.srv.j.appendWithin(h, entries, nil, byMs-h.srv.now())
+	return h.srv.j.appendWithin(h, entries, nil, withinMs)
 }
 
 // SyncNow implements shardcore.LazyAppender.

@@ -38,6 +38,12 @@ func (a *Actor) shardJournal(frozen bool) *shardJournal {
 }
 
 func (j *shardJournal) Append(entries []persistence.Entry, cb func(uint64, error)) (uint64, uint64, error) {
+	return j.AppendWithin(entries, 0, cb)
+}
+
+// AppendWithin is Append for records that may wait up to within for their sync; a
+// handoff's records never wait (the core does not ask).
+func (j *shardJournal) AppendWithin(entries []persistence.Entry, within time.Duration, cb func(uint64, error)) (uint64, uint64, error) {
 	var handoff, closed bool
 	for _, e := range entries {
 		switch messages.RecordType(e.Type) {
@@ -49,9 +55,10 @@ func (j *shardJournal) Append(entries []persistence.Entry, cb func(uint64, error
 	}
 	if handoff || closed {
 		j.frozen.Store(true) // the core froze when it emitted the record
+		within = 0
 	}
 	if j.crash == nil || !(handoff || closed) {
-		return j.Journal.Append(entries, cb)
+		return j.Journal.AppendWithin(entries, within, cb)
 	}
 	if closed {
 		j.crash(CrashSourceReplyReceived)
@@ -67,18 +74,6 @@ func (j *shardJournal) Append(entries []persistence.Entry, cb func(uint64, error
 		inner(lsn, err)
 	}
 	return j.Journal.Append(entries, cb)
-}
-
-// AppendWithin is Append for records that may wait for their sync; a handoff's
-// records never do (the core does not ask), and would go through Append's checks.
-func (j *shardJournal) AppendWithin(entries []persistence.Entry, within time.Duration, cb func(uint64, error)) (uint64, uint64, error) {
-	for _, e := range entries {
-		switch messages.RecordType(e.Type) {
-		case messages.RecordType_SHARD_HANDOFF, messages.RecordType_SHARD_CLOSED:
-			return j.Append(entries, cb)
-		}
-	}
-	return j.Journal.AppendWithin(entries, within, cb)
 }
 
 func (j *shardJournal) WriteSnapshot(stream, lsn uint64, data []byte) error {

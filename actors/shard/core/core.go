@@ -447,17 +447,7 @@ func (c *Core) emit(t messages.RecordType, m proto.Message) {
 func (c *Core) flush(env Env) {
 	c.sendHeld(c.now) // a result, a new worker or a recount may have made room
 	if len(c.pending) > 0 && c.failed == nil {
-		var last uint64
-		var err error
-		if la, ok := env.(LazyAppender); ok && c.cfg.LazySyncMs > 0 && !c.waitsNow {
-			if by, ok := c.syncBy(); ok {
-				last, err = la.AppendBy(c.pending, by)
-			} else {
-				last, err = env.Append(c.pending)
-			}
-		} else {
-			last, err = env.Append(c.pending)
-		}
+		last, err := c.appendStep(env)
 		if err != nil {
 			c.fail(err)
 		} else {
@@ -491,13 +481,24 @@ func (c *Core) flush(env Env) {
 	}
 }
 
+// appendStep journals the step's records, lazily when the Env can and the step
+// may wait (syncBy).
+func (c *Core) appendStep(env Env) (uint64, error) {
+	if la, ok := env.(LazyAppender); ok && c.cfg.LazySyncMs > 0 && !c.waitsNow {
+		if by, ok := c.syncBy(); ok {
+			return la.AppendBy(c.pending, by)
+		}
+	}
+	return env.Append(c.pending)
+}
+
 // syncBy is when this step's records must be durable by (Config.LazySyncMs), or
-// false for at once: only a step that sends something, and only results'
-// acknowledgements or fires armed ahead of their due, may wait: an ack LazySyncMs,
-// an armed fire until its due less ArmMs-LazySyncMs (the sync's own time before
-// the due, as without). A step that sends nothing (a shard's opening, a timeout,
-// an expiry) syncs at once as before, and a frozen shard (a handoff, a split)
-// waits for nothing.
+// false for at once. It is asked only of a step whose messages may all wait
+// (waitsNow false: results' acknowledgements, fires armed ahead of their due): an
+// ack LazySyncMs, an armed fire until its due less ArmMs-LazySyncMs (the sync's
+// own time before the due, as without). A step that sends nothing (a shard's
+// opening, a timeout, an expiry) syncs at once as before, and a frozen shard (a
+// handoff, a split) waits for nothing.
 func (c *Core) syncBy() (int64, bool) {
 	lazy := c.cfg.LazySyncMs
 	n := len(c.outbox)
@@ -506,9 +507,6 @@ func (c *Core) syncBy() (int64, bool) {
 	}
 	by := c.seenMs + lazy
 	for i := n - 1; i >= 0 && c.outbox[i].step; i-- {
-		if !c.mayWait(c.outbox[i]) {
-			return 0, false
-		}
 		if d, ok := c.outbox[i].m.(*messages.Dispatch); ok {
 			budget := c.cfg.ArmMs - lazy
 			if budget <= 0 {

@@ -60,6 +60,15 @@ func onceAt(id, atMs int64) *messages.Job {
 	return j
 }
 
+// createDurable creates j at now and makes it durable, forgetting what was sent
+// and appended.
+func createDurable(c *Core, e *lazyEnv, now int64, j *messages.Job) {
+	c.Handle(now, client, &messages.CreateJob{Job: j}, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	e.by = nil
+}
+
 // Only steps whose messages are all results' acknowledgements or fires armed ahead
 // of their due may wait for their sync (Config.LazySyncMs), an ack LazySyncMs and
 // an armed fire until its due less ArmMs-LazySyncMs; a create's reply and an
@@ -99,10 +108,7 @@ func TestLazySyncOnlyForAcksAndArmedFires(t *testing.T) {
 
 	// Armed a little late (the tick came at 1096 for a due at 1100): the due less
 	// the sync's budget comes before the ack's deadline would.
-	c.Handle(1060, client, &messages.CreateJob{Job: onceAt(8, 1100)}, e)
-	c.Durable(e.lsn, nil, e)
-	e.take()
-	e.by = nil
+	createDurable(c, e, 1060, onceAt(8, 1100))
 	c.Tick(1096, e)
 	if by := e.lastBy(t); by != 1097 {
 		t.Fatalf("a fire armed 4 ms ahead: by %d, want 1097", by)
@@ -112,10 +118,7 @@ func TestLazySyncOnlyForAcksAndArmedFires(t *testing.T) {
 	e.take()
 
 	// Armed 2 ms before its due (created that late): no time to wait.
-	c.Handle(2000, client, &messages.CreateJob{Job: onceAt(9, 2002)}, e)
-	c.Durable(e.lsn, nil, e)
-	e.take()
-	e.by = nil
+	createDurable(c, e, 2000, onceAt(9, 2002))
 	c.Tick(2000, e)
 	if by := e.lastBy(t); by != 0 {
 		t.Fatalf("a fire armed 2 ms before its due may wait until %d", by)
@@ -125,10 +128,7 @@ func TestLazySyncOnlyForAcksAndArmedFires(t *testing.T) {
 	e.take()
 
 	// A fire at its due (not armed ahead: the shard ticked late) is urgent.
-	c.Handle(3000, client, &messages.CreateJob{Job: onceAt(10, 3010)}, e)
-	c.Durable(e.lsn, nil, e)
-	e.take()
-	e.by = nil
+	createDurable(c, e, 3000, onceAt(10, 3010))
 	c.Tick(3010, e)
 	if by := e.lastBy(t); by != 0 {
 		t.Fatalf("an unarmed fire may wait until %d", by)
@@ -139,9 +139,7 @@ func TestLazySyncOnlyForAcksAndArmedFires(t *testing.T) {
 // own, asks for a sync (SyncNow) instead of waiting out their deadline.
 func TestLazySyncReplyBehindLazyRecords(t *testing.T) {
 	c, e := newLazyCore(1000, 5, 2)
-	c.Handle(1000, client, &messages.CreateJob{Job: onceAt(7, 1050)}, e)
-	c.Durable(e.lsn, nil, e)
-	e.take()
+	createDurable(c, e, 1000, onceAt(7, 1050))
 	c.Tick(1045, e) // lazy: the armed fire's record
 	if by := e.lastBy(t); by == 0 {
 		t.Fatal("the armed fire's step did not wait lazily")

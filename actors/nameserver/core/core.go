@@ -271,23 +271,36 @@ func (c *Core) splitsSettled(nowMs int64) {
 	}
 }
 
-// prune drops the route of a shard whose two halves are both routed: it was split,
-// and lookups go to the halves (a stale copy of it, adopted from hearsay, too).
+// prune drops the route of a shard whose range is covered by routed descendants:
+// it was split (perhaps more than once since), and lookups go to the pieces (a
+// stale copy of it, adopted from hearsay, too). Whether a shard is covered does not
+// depend on which other routes are dropped here, so the outcome does not depend on
+// the map's order.
 func (c *Core) prune() {
-	for changed := true; changed; {
-		changed = false
-		for name := range c.routes {
-			sh, err := route.Parse(name)
-			if err != nil || sh.Level >= route.MaxLevel {
-				continue
-			}
-			lo, hi := sh.Children()
-			if c.routes[lo.String()] != nil && c.routes[hi.String()] != nil {
-				delete(c.routes, name)
-				c.dirty, changed = true, true
-			}
+	var drop []string
+	for name := range c.routes {
+		if sh, err := route.Parse(name); err == nil && c.covered(sh) {
+			drop = append(drop, name)
 		}
 	}
+	for _, name := range drop {
+		delete(c.routes, name)
+		c.dirty = true
+	}
+}
+
+// covered reports whether both halves of sh are routed or, in turn, covered.
+func (c *Core) covered(sh route.Shard) bool {
+	if sh.Level >= route.MaxLevel {
+		return false
+	}
+	lo, hi := sh.Children()
+	for _, h := range [2]route.Shard{lo, hi} {
+		if c.routes[h.String()] == nil && !c.covered(h) {
+			return false
+		}
+	}
+	return true
 }
 
 // superseded settles two member ids at one address: one process serves an
@@ -328,7 +341,7 @@ func (c *Core) superseded(nowMs int64, hb *messages.ServerHeartbeat) bool {
 
 // current drops, from a server's last heartbeat, the shards that have moved on
 // since it was sent: a copy below its route's epoch (handed off; the old owner's
-// next heartbeat will not list it), or a parent whose two halves are routed (split).
+// next heartbeat will not list it), or a parent whose range routed descendants cover (split).
 // Counted, a shard just moved would weigh on both servers for up to a heartbeat:
 // the strategy would see a load that is not there, and the status two owners.
 func (c *Core) current(ls []*messages.ShardLoad) []*messages.ShardLoad {
@@ -337,11 +350,7 @@ func (c *Core) current(ls []*messages.ShardLoad) []*messages.ShardLoad {
 			return l.Epoch < rt.Epoch
 		}
 		sh, err := route.Parse(l.Shard)
-		if err != nil || sh.Level >= route.MaxLevel {
-			return false
-		}
-		lo, hi := sh.Children()
-		return c.routes[lo.String()] != nil && c.routes[hi.String()] != nil
+		return err == nil && c.covered(sh)
 	}
 	n := 0
 	for _, l := range ls {

@@ -311,3 +311,28 @@ func TestNoMoveBetweenTwoIdsOfOneProcess(t *testing.T) {
 		}
 	}
 }
+
+// A shard split twice (x/0/0 into x/1/0 and x/1/1, then x/1/0 into x/2/0 and
+// x/2/1) is covered by routed pieces, whichever order the map is walked in: a fresh
+// NameServer that hears all five at once keeps only the three pieces, every time,
+// and does not count the covered ones' load.
+func TestTwiceSplitParentIsPrunedInAnyOrder(t *testing.T) {
+	for i := 0; i < 64; i++ {
+		env := &sendLog{}
+		c := New(0, nil)
+		c.ServerHeartbeat(0, hb("a:1", load("x/0/0", 1, 900, "a:1"), load("x/1/0", 2, 700, "a:1"),
+			load("x/1/1", 2, 100, "a:1"), load("x/2/0", 3, 10, "a:1"), load("x/2/1", 3, 20, "a:1")), env)
+		var got []string
+		for _, r := range c.Table("x", false).Routes {
+			got = append(got, r.Shard)
+		}
+		if strings.Join(got, " ") != "x/1/1 x/2/0 x/2/1" {
+			t.Fatalf("try %d: routes %v, want x/1/1 x/2/0 x/2/1", i, got)
+		}
+		for _, l := range c.loads(0) {
+			if l.Fires != 130 {
+				t.Fatalf("try %d: load %d, want 130 (the covered x/0/0 and x/1/0 not counted)", i, l.Fires)
+			}
+		}
+	}
+}

@@ -314,18 +314,25 @@ func (c *Core) covered(sh route.Shard) bool {
 // remembered (gone) for a while, so its heartbeats still on their way are not taken
 // for a server. It says whether hb itself is the old one (and is to be ignored).
 // Without incarnations on both sides nothing is decided: the old id expires.
+// The newest incarnation at the address is found first, and every other one is
+// gone: the outcome does not depend on the order the map is walked in.
 func (c *Core) superseded(nowMs int64, hb *messages.ServerHeartbeat) bool {
 	addr := hb.GetServer().GetAddress()
 	if addr == "" || hb.Incarnation == 0 {
 		return false
 	}
+	same := func(id string, s *server) bool {
+		return id != hb.ServerId && s.hb.GetServer().GetAddress() == addr && s.hb.Incarnation != 0
+	}
+	newest := hb.Incarnation
 	for id, s := range c.servers {
-		if id == hb.ServerId || s.hb.GetServer().GetAddress() != addr || s.hb.Incarnation == 0 {
-			continue
+		if same(id, s) {
+			newest = max(newest, s.hb.Incarnation)
 		}
-		if s.hb.Incarnation > hb.Incarnation {
-			c.gone[hb.ServerId] = nowMs
-			return true
+	}
+	for id, s := range c.servers {
+		if !same(id, s) || (s.hb.Incarnation == newest && newest > hb.Incarnation) {
+			continue
 		}
 		delete(c.servers, id)
 		c.gone[id] = nowMs
@@ -335,6 +342,10 @@ func (c *Core) superseded(nowMs int64, hb *messages.ServerHeartbeat) bool {
 			}
 		}
 		c.dirty = true
+	}
+	if newest > hb.Incarnation {
+		c.gone[hb.ServerId] = nowMs
+		return true
 	}
 	return false
 }
@@ -729,6 +740,7 @@ func (c *Core) loads(nowMs int64) []ServerLoad {
 		}
 	}
 	sort.Strings(ids)
+	pending := slices.Sorted(maps.Keys(c.pending)) // the strategy sees them in shard order, not map order
 	out := make([]ServerLoad, 0, len(ids))
 	for _, id := range ids {
 		hb := c.servers[id].hb
@@ -737,8 +749,8 @@ func (c *Core) loads(nowMs int64) []ServerLoad {
 			l.Fires += sl.FiresWindow
 			l.Shards = append(l.Shards, sl)
 		}
-		for sh, p := range c.pending { // placements in flight count, so a burst spreads
-			if p.server == id {
+		for _, sh := range pending { // placements in flight count, so a burst spreads
+			if c.pending[sh].server == id {
 				l.Shards = append(l.Shards, &messages.ShardLoad{Shard: sh})
 			}
 		}

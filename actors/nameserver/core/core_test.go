@@ -336,3 +336,61 @@ func TestTwiceSplitParentIsPrunedInAnyOrder(t *testing.T) {
 		}
 	}
 }
+
+// Two entries at one address, both with an incarnation (which heartbeats alone do
+// not make), and a heartbeat of a third one between them: the newest incarnation
+// wins and both others are gone, whichever order the map is walked in. Walking the
+// older entry first used to drop it, the newer one first to keep it.
+func TestSupersededDecidesApartFromMapOrder(t *testing.T) {
+	mk := func(inc int64) *messages.ServerHeartbeat {
+		h := hb("a:1")
+		h.ServerId, h.Incarnation = fmt.Sprintf("a:1-id%d", inc), inc
+		return h
+	}
+	for i := 0; i < 64; i++ {
+		env := &sendLog{}
+		c := New(0, nil)
+		for _, inc := range []int64{3, 5} {
+			c.servers[mk(inc).ServerId] = &server{hb: mk(inc), alive: true}
+		}
+		c.ServerHeartbeat(100, mk(4), env)
+		var ids []string
+		for _, s := range c.Status(100).Servers {
+			ids = append(ids, s.ServerId)
+		}
+		if strings.Join(ids, " ") != "a:1-id5" {
+			t.Fatalf("try %d: servers %v, want only a:1-id5", i, ids)
+		}
+		if _, ok := c.gone["a:1-id3"]; !ok {
+			t.Fatalf("try %d: a:1-id3 not gone: %v", i, c.gone)
+		}
+		if _, ok := c.gone["a:1-id4"]; !ok {
+			t.Fatalf("try %d: a:1-id4 not gone: %v", i, c.gone)
+		}
+	}
+}
+
+// Placements in flight count in a server's load as shards of their own; the
+// strategy sees them in shard order, not in the order the map is walked in.
+func TestLoadsListPendingPlacementsInOrder(t *testing.T) {
+	for i := 0; i < 32; i++ {
+		env := &sendLog{}
+		c := New(0, nil)
+		c.ServerHeartbeat(0, hb("a:1"), env)
+		now := int64(WarmupMs + 1)
+		c.ServerHeartbeat(now, hb("a:1"), env)
+		for _, app := range []string{"h", "c", "f", "a", "e", "b", "g", "d"} {
+			c.GetRoutes(now, &messages.GetRoutes{App: app, Ensure: true}, nil, env)
+		}
+		if env.assigns() != 8 {
+			t.Fatalf("try %d: %d assigns, want 8", i, env.assigns())
+		}
+		var got []string
+		for _, l := range c.loads(now)[0].Shards {
+			got = append(got, l.Shard)
+		}
+		if want := "a/0/0 b/0/0 c/0/0 d/0/0 e/0/0 f/0/0 g/0/0 h/0/0"; strings.Join(got, " ") != want {
+			t.Fatalf("try %d: shards %v, want %s", i, got, want)
+		}
+	}
+}

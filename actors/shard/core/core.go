@@ -738,11 +738,19 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 			}
 			delete(c.jobs, id)
 		}
-		for rid, r := range c.runs { // retries waiting for a deleted job are dropped
-			if c.runsOf[id] == 0 {
-				break
+		if n := c.runsOf[id]; n > 0 { // retries waiting for a deleted job are dropped
+			// In run id order, not map order: each drop releases a ladder level's
+			// timer (Ladder.Release, or the core's own timer wheel).
+			rids := make([]string, 0, n)
+			for rid, r := range c.runs {
+				if r.st.JobId == id {
+					if rids = append(rids, rid); len(rids) == int(n) {
+						break
+					}
+				}
 			}
-			if r.st.JobId == id {
+			sort.Strings(rids)
+			for _, rid := range rids {
 				c.dropRun(rid)
 			}
 		}

@@ -797,3 +797,58 @@ func TestUpdateOfRanOneShotGetsNewRunID(t *testing.T) {
 		}
 	}
 }
+
+// ladderEnv is fakeEnv with a Ladder: it records each release, as "level:run".
+type ladderEnv struct {
+	fakeEnv
+	released []string
+}
+
+func (e *ladderEnv) Hold(int, string, int64) {}
+func (e *ladderEnv) Release(level int, runID string) {
+	e.released = append(e.released, fmt.Sprintf("%d:%s", level, runID))
+}
+func (e *ladderEnv) DeadLettered(*messages.DeadLetter) {}
+
+// Deleting a job drops its runs waiting for a retry, and releases each one's
+// ladder timer in run id order, not in the order the map of runs is walked in.
+func TestDeleteReleasesRetriesInRunOrder(t *testing.T) {
+	var want []string
+	for try := 0; try < 32; try++ {
+		c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}}, 1000, 1)
+		e := &ladderEnv{}
+		c.Open(e)
+		c.Durable(e.lsn, nil, e)
+		c.SetWorkers(1000, []*messages.WorkerInfo{policyWorker("w1", 64)}, e)
+		c.Handle(1000, client, &messages.CreateJob{Job: fixedRateJob(7, 10, &messages.Policy{Concurrency: messages.Concurrency_ALLOW})}, e)
+		c.Durable(e.lsn, nil, e)
+		e.take()
+		for now := int64(1010); now < 1080; now += 10 { // seven runs, each failed: seven retries wait
+			c.Tick(now, e)
+			c.Durable(e.lsn, nil, e)
+			for _, s := range e.take() {
+				d, ok := s.m.(*messages.Dispatch)
+				if !ok {
+					continue
+				}
+				c.Handle(now, s.to, &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Shard: d.Shard, Epoch: d.Epoch,
+					Attempt: d.Attempt, DueMs: d.DueMs, Outcome: messages.Outcome_FAILED, Error: "boom", StartMs: now, EndMs: now,
+					WorkerId: "w1"}, e)
+				c.Durable(e.lsn, nil, e)
+				e.take()
+			}
+		}
+		c.Handle(1080, client, &messages.DeleteJob{App: "app", Id: 7, RequestId: 99}, e)
+		c.Durable(e.lsn, nil, e)
+		if try == 0 {
+			want = e.released
+			if len(want) != 7 || !slices.IsSorted(want) {
+				t.Fatalf("released %v: want the seven retries released, in run id order", want)
+			}
+			continue
+		}
+		if !slices.Equal(e.released, want) {
+			t.Fatalf("try %d: released %v, want %v", try, e.released, want)
+		}
+	}
+}

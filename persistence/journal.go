@@ -376,7 +376,7 @@ func (j *Journal) recover() error {
 		for _, infos := range j.snaps {
 			j.next = max(j.next, infos[0].lsn+1)
 		}
-		s, err := createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend)
+		s, err := createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend, &zeroing{}) // nothing to pace yet
 		if err != nil {
 			return err
 		}
@@ -855,7 +855,8 @@ func (j *Journal) requestSpare() {
 }
 
 // prepareLoop keeps one spare segment ready so that a rollover costs a
-// rename, not a fallocate and an fsync under the append mutex.
+// rename, not a fallocate and an fsync under the append mutex. It zero-fills
+// the spare, paced (zeroing).
 func (j *Journal) prepareLoop() {
 	defer j.wg.Done()
 	for {
@@ -867,7 +868,10 @@ func (j *Journal) prepareLoop() {
 		if len(j.spares) > 0 {
 			continue
 		}
-		s, err := createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend)
+		s, err := createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend, &zeroing{pause: zeroPause, stop: j.stop})
+		if errors.Is(err, errZeroingStopped) {
+			return
+		}
 		if err != nil {
 			j.log.Warn("cannot prepare the next segment", "err", err)
 			continue
@@ -904,7 +908,7 @@ func (j *Journal) takeSpare() (*segment, error) {
 		return s, nil
 	default:
 	}
-	return createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend)
+	return createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend, nil) // under the append mutex: quick, not zeroed
 }
 
 func (j *Journal) discardSpare(s *segment) {

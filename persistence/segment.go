@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	mmap "github.com/edsrzf/mmap-go"
 	"golang.org/x/sys/unix"
@@ -83,7 +84,10 @@ func (s *segment) dropDurable(to int) {
 // journal (aheadLoop), told by the flusher after each group commit where its sync
 // ended, keeps aheadBytes past that end faulted in, in steps of half of it, off
 // the flusher's and the appenders' way. Only a window: a whole populated segment
-// would be 64 MiB of resident pages per segment before a record is in it.
+// would be 64 MiB of resident pages per segment before a record is in it. (Segments
+// are zero-filled now, their pages cached before they are mapped — see zeroing —
+// so a fault there no longer meets an unwritten extent; it still costs the writer
+// a fault a page, which the window spares it.)
 //
 // Tried and left out: also writing the window back (sync_file_range) so that its
 // blocks are converted from unwritten to written before the records come, which
@@ -92,7 +96,8 @@ func (s *segment) dropDurable(to int) {
 // 5,300 msyncs/s, 102 → 80 µs of CPU each), but BenchmarkAhead got slower (2.7–2.9
 // against 2.1–2.3 µs of CPU a record, p99 4.3–5.0 against 2.4–3.6 ms), the
 // window's blocks being written twice, first as zeros, on the same disk queue as
-// the commits.
+// the commits. Zero-filling whole segments when they are made (zeroing), paced
+// and before any record, took its place.
 const aheadBytes = 1 << 20
 
 // populateOK is cleared once the kernel refuses MADV_POPULATE_WRITE (before 5.14:
@@ -162,13 +167,17 @@ func randomFileID() (uint64, error) {
 // preallocate reserves sizeBytes of disk for f so that no later write into
 // the mapping can fail for lack of space (a full disk under a mapping is a
 // SIGBUS, not an error). Where fallocate is unsupported it writes zeros.
-func preallocate(f *os.File, sizeBytes int64) error {
+// With zeroLater (zeroFill follows) it leaves that to zeroFill.
+func preallocate(f *os.File, sizeBytes int64, zeroLater bool) error {
 	err := unix.Fallocate(int(f.Fd()), 0, 0, sizeBytes)
 	if err == nil {
 		return nil
 	}
 	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
 		return fmt.Errorf("persistence: fallocate %s: %w", f.Name(), err)
+	}
+	if zeroLater {
+		return nil
 	}
 	zeros := make([]byte, 1<<20)
 	for off := int64(0); off < sizeBytes; off += int64(len(zeros)) {
@@ -180,10 +189,74 @@ func preallocate(f *os.File, sizeBytes int64) error {
 	return nil
 }
 
-// createSpare makes a preallocated, synced, mapped file under a temporary
-// name. It becomes a segment only when activate gives it a header and its
-// final name; a crash before that leaves a *.tmp file that Open deletes.
-func createSpare(dir string, sizeBytes int64, be backend) (*segment, error) {
+// zeroing says how createSpare writes zeros over a new segment's reserved
+// blocks; nil: it does not (the blocks stay fallocated, unwritten).
+//
+// Why: a sync that covers fallocated blocks for the first time also commits
+// ext4's journal (their extents turn from unwritten to written), and a group
+// commit's msync paid that nearly every time (9 KB msyncs: 4,384–5,983 a second
+// against 9,213–10,763 over written zeros, in a loop of one writer; create +10 %
+// to +16 % in kjob bench; BENCHMARKS.md, 2026-12-06 late evening). The zeros are
+// written a page at a time, so that the page cache holds them in one-page folios
+// (written in 1 MiB pieces they became large folios, and an msync wrote a whole
+// one back: slower than fallocated), and their cached pages are kept for the
+// mapping (mapWritable), so its faults read nothing.
+type zeroing struct {
+	// pause, when positive, is taken after every zeroStepBytes (written back
+	// and synced first), so that a spare prepared while the journal serves
+	// does not hold the commits up behind 64 MiB of writes (unpaced, the fire
+	// scenario's p999 went from 3–5 to 10–17 ms; in steps of 1 MiB with 4 ms
+	// pauses BenchmarkAppendSync's p99 at 8 and 64 appenders still rose by
+	// 0.6–0.9 ms; in steps of 256 KiB with 1 ms pauses it stayed as without).
+	pause time.Duration
+	stop  <-chan struct{} // ends a paced zeroing early (errZeroingStopped)
+}
+
+const (
+	zeroStepBytes = 256 << 10
+	zeroPause     = time.Millisecond // 64 MiB in about 0.35 s; a segment lasts 2 s or more
+)
+
+var errZeroingStopped = errors.New("persistence: segment zeroing stopped (journal closing)")
+
+// zeroFilledBytes counts the bytes zeroFill wrote, for tests that count the
+// page cache a journal dirties.
+var zeroFilledBytes atomic.Int64
+
+// zeroFill writes zeros over f's first sizeBytes, a page at a time.
+func zeroFill(f *os.File, sizeBytes int64, z *zeroing) error {
+	page := make([]byte, pageSizeBytes)
+	for off := int64(0); off < sizeBytes; {
+		end := min(off+zeroStepBytes, sizeBytes)
+		for ; off < end; off += int64(len(page)) {
+			n, err := f.WriteAt(page[:min(int64(len(page)), end-off)], off)
+			zeroFilledBytes.Add(int64(n))
+			if err != nil {
+				return fmt.Errorf("persistence: zero %s: %w", f.Name(), err)
+			}
+		}
+		if z.pause <= 0 {
+			continue
+		}
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			return fmt.Errorf("persistence: fdatasync %s: %w", f.Name(), err)
+		}
+		t := time.NewTimer(z.pause)
+		select {
+		case <-z.stop:
+			t.Stop()
+			return errZeroingStopped
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// createSpare makes a preallocated (and, with z, zero-filled), synced, mapped
+// file under a temporary name. It becomes a segment only when activate gives it
+// a header and its final name; a crash before that leaves a *.tmp file that
+// Open deletes.
+func createSpare(dir string, sizeBytes int64, be backend, z *zeroing) (*segment, error) {
 	id, err := randomFileID()
 	if err != nil {
 		return nil, err
@@ -199,8 +272,13 @@ func createSpare(dir string, sizeBytes int64, be backend) (*segment, error) {
 		os.Remove(filepath.Join(dir, name))
 		return nil, err
 	}
-	if err := preallocate(f, sizeBytes); err != nil {
+	if err := preallocate(f, sizeBytes, z != nil); err != nil {
 		return fail(err)
+	}
+	if z != nil {
+		if err := zeroFill(f, sizeBytes, z); err != nil {
+			return fail(err)
+		}
 	}
 	if err := f.Sync(); err != nil {
 		return fail(fmt.Errorf("persistence: fsync %s: %w", name, err))
@@ -209,7 +287,7 @@ func createSpare(dir string, sizeBytes int64, be backend) (*segment, error) {
 		s.buf = make([]byte, sizeBytes)
 		return s, nil
 	}
-	mm, err := mapWritable(f, int(sizeBytes), 0)
+	mm, err := mapWritable(f, int(sizeBytes), 0, z != nil)
 	if err != nil {
 		return fail(fmt.Errorf("persistence: mmap %s: %w", name, err))
 	}
@@ -238,9 +316,13 @@ func createSpare(dir string, sizeBytes int64, be backend) (*segment, error) {
 // cache, and reading them without readahead, made recovery read the active
 // segment back from disk a page per fault (46,143 major faults replaying a
 // 128 MiB journal of 1,000,000 jobs).
-func mapWritable(f *os.File, size, written int) (mmap.MMap, error) {
+//
+// A spare just zero-filled (cached: its own page-sized writes) keeps its pages.
+func mapWritable(f *os.File, size, written int, cached bool) (mmap.MMap, error) {
 	keep := min(written&^(maxFolioBytes-1), size)
-	_ = unix.Fadvise(int(f.Fd()), int64(keep), int64(size-keep), unix.FADV_DONTNEED)
+	if !cached {
+		_ = unix.Fadvise(int(f.Fd()), int64(keep), int64(size-keep), unix.FADV_DONTNEED)
+	}
 	mm, err := mmap.MapRegion(f, size, mmap.RDWR, 0, 0)
 	if err != nil {
 		return nil, err
@@ -354,7 +436,7 @@ func (s *segment) makeWritable(be backend) error {
 		return fmt.Errorf("persistence: munmap %s: %w", s.name, err)
 	}
 	s.mm, s.buf = nil, nil
-	mm, err := mapWritable(s.f, size, s.idx.end)
+	mm, err := mapWritable(s.f, size, s.idx.end, false)
 	if err != nil {
 		return fmt.Errorf("persistence: mmap %s: %w", s.name, err)
 	}

@@ -601,7 +601,7 @@ func markdown(c config, r *results) string {
 	rv, mm := k.Recover, k.Memory
 	w("| recover | restart with %s pending jobs (journal %.0f MiB, %s records replayed): StartNode / serving / first due fire | %.2f s / %.2f s / %.2f s |\n",
 		fmtNum(float64(rv.Pending)), float64(rv.JournalBytes)/(1<<20), fmtNum(float64(rv.Records)), rv.ReplaySeconds, rv.ServingSeconds, rv.FirstFireSeconds)
-	w("| recover | StartNode on an empty journal, the fixed part (same run) | %.2f s |\n", rv.EmptyStartSeconds)
+	w("| recover | StartNode again on an empty journal (a restart), the fixed part (same run) | %.2f s |\n", rv.EmptyStartSeconds)
 	w("| recover | pending jobs per second of recovery: to serving / StartNode / StartNode net of the empty start | %s / %s / %s |\n",
 		fmtNum(rv.JobsPerSec), fmtNum(rv.ReplayJobsPerSec), fmtNum(rv.NetReplayJobsPerSec))
 	w("| memory | VmRSS per pending one-shot job at %s jobs (anon + file-backed journal pages) | %.0f B (%.0f + %.0f) |\n", fmtNum(float64(mm.Pending)), mm.BytesPerJob, mm.AnonBytesPerJob, mm.FileBytesPerJob)

@@ -12,6 +12,13 @@ import (
 // page cache it dirtied, counted when a clean page (or folio) becomes dirty.
 func procWriteBytes(t *testing.T) int64 {
 	t.Helper()
+	return procIO(t, "write_bytes")
+}
+
+// procIO is one counter of /proc/self/io (read_bytes: what this process had read
+// from storage, page faults included).
+func procIO(t *testing.T, key string) int64 {
+	t.Helper()
 	f, err := os.Open("/proc/self/io")
 	if err != nil {
 		t.Skipf("no /proc/self/io (task I/O accounting): %v", err)
@@ -19,7 +26,7 @@ func procWriteBytes(t *testing.T) int64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "write_bytes: "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), key+": "); ok {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				t.Fatalf("parse %q: %v", sc.Text(), err)
@@ -27,7 +34,7 @@ func procWriteBytes(t *testing.T) int64 {
 			return n
 		}
 	}
-	t.Skip("no write_bytes in /proc/self/io")
+	t.Skipf("no %s in /proc/self/io", key)
 	return 0
 }
 
@@ -39,7 +46,8 @@ func procWriteBytes(t *testing.T) int64 {
 // 1.5 GB/s (and this test, 30 KiB a commit). Folios grow past the first 8 MiB
 // or so of a file, so the test writes 24 MB. Both ways to a writable mapping are
 // checked: a new segment, and the tail segment of a journal opened again
-// (recovery read it, with readahead).
+// (recovery read it, with readahead); and a new segment only fallocated (what a
+// rollover makes when no zero-filled spare is ready), on a fresh journal.
 func TestSyncedCommitsDirtyOnlyTheirPages(t *testing.T) {
 	const (
 		commits = 8000
@@ -47,8 +55,12 @@ func TestSyncedCommitsDirtyOnlyTheirPages(t *testing.T) {
 		perPage = 4096
 	)
 	dir := t.TempDir()
-	for round, name := range []string{"new segment", "recovered tail segment"} {
-		j := openT(t, Options{Dir: dir, SegmentSizeBytes: 64 << 20})
+	for round, name := range []string{"new segment", "recovered tail segment", "new fallocated segment"} {
+		opts := Options{Dir: dir, SegmentSizeBytes: 64 << 20}
+		if round == 2 {
+			opts.Dir, opts.noZeroFill = t.TempDir(), true
+		}
+		j := openT(t, opts)
 		before, zeroedBefore := procWriteBytes(t), zeroFilledBytes.Load()
 		appendN(t, j, commits, 1, size)
 		closeT(t, j)

@@ -66,8 +66,10 @@
 //	|     |      |             | damage at 1/8 of the offsets                                 |
 //	+-----+------+-------------+--------------------------------------------------------------+
 //
-// The unused rest of a segment is zero (fallocated and zero-filled; only
-// fallocated where a rollover found no spare ready), and a zero header ends
+// The unused rest of a segment is zero (fallocated and zero-filled, so that
+// commits do not convert unwritten extents; only fallocated where a rollover
+// found no spare ready, for segments over 1 GiB, and past the records of a
+// segment reopened for appending), and a zero header ends
 // the segment's records. A frame never straddles segments: a record that
 // does not fit starts the next segment, and one larger than an empty
 // segment is refused (RecordTooLargeError).

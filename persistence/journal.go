@@ -67,7 +67,8 @@ type Options struct {
 	// idle Go runtime wakes its timers up to a millisecond late.
 	AfterFunc func(d time.Duration, fn func()) interface{ Stop() bool }
 
-	backend backend // tests and benchmarks only
+	backend    backend // tests and benchmarks only
+	noZeroFill bool    // tests only: segments only fallocated, as a rollover that finds no spare makes them
 }
 
 // Entry is one record to append; the journal assigns its LSN.
@@ -376,7 +377,7 @@ func (j *Journal) recover() error {
 		for _, infos := range j.snaps {
 			j.next = max(j.next, infos[0].lsn+1)
 		}
-		s, err := createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend, &zeroing{}) // nothing to pace yet
+		s, err := createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend, j.zeroing(&zeroing{})) // nothing to pace yet
 		if err != nil {
 			return err
 		}
@@ -868,7 +869,8 @@ func (j *Journal) prepareLoop() {
 		if len(j.spares) > 0 {
 			continue
 		}
-		s, err := createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend, &zeroing{pause: zeroPause, stop: j.stop})
+		s, err := createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend,
+			j.zeroing(&zeroing{pause: zeroPause, stop: j.stop, hurry: j.activeNearlyFull}))
 		if errors.Is(err, errZeroingStopped) {
 			return
 		}
@@ -908,7 +910,29 @@ func (j *Journal) takeSpare() (*segment, error) {
 		return s, nil
 	default:
 	}
+	j.log.Warn("no spare segment ready at a rollover: making one now, fallocated only (not zero-filled), under the append lock",
+		"segment_bytes", j.opts.SegmentSizeBytes)
 	return createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend, nil) // under the append mutex: quick, not zeroed
+}
+
+// zeroing is z, or nil where the options say segments are only fallocated.
+func (j *Journal) zeroing(z *zeroing) *zeroing {
+	if j.opts.noZeroFill {
+		return nil
+	}
+	return z
+}
+
+// activeNearlyFull says whether the active segment is over three quarters
+// full: a spare still being zero-filled then hurries (zeroing.hurry).
+func (j *Journal) activeNearlyFull() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if len(j.segs) == 0 {
+		return true
+	}
+	s := j.segs[len(j.segs)-1]
+	return s.idx.end > len(s.buf)/4*3
 }
 
 func (j *Journal) discardSpare(s *segment) {

@@ -94,6 +94,39 @@ func TestNewSegmentsAreZeroFilled(t *testing.T) {
 	if n := unwrittenBytes(t, filepath.Join(dir, spare)); n != 0 {
 		t.Fatalf("spare %s: %d bytes unwritten, want 0", spare, n)
 	}
+	j.mu.Lock()
+	var sp *segment
+	select {
+	case sp = <-j.spares:
+		j.spares <- sp
+	default:
+	}
+	j.mu.Unlock()
+	if sp == nil {
+		t.Fatal("the spare went")
+	}
+	if got, want := residentPages(t, sp.buf), size/pageSizeBytes; got != want {
+		t.Fatalf("spare: %d of its %d pages in the page cache, want all", got, want)
+	}
+}
+
+// A segment reopened for appending reads nothing back from disk as the records
+// go on past its end: the zeros written when it was made are turned back into
+// unwritten extents (makeWritable), whose faults need no read. Without that,
+// appending 4 MiB after a reopen read about as much.
+func TestReopenedSegmentReadsNothingAhead(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, SegmentSizeBytes: 16 << 20}
+	j := openT(t, opts)
+	appendN(t, j, 100, 1, 3000)
+	closeT(t, j)
+	j = openT(t, opts)
+	defer closeT(t, j)
+	before := procIO(t, "read_bytes")
+	appendN(t, j, 1400, 1, 3000) // about 4 MiB
+	if n := procIO(t, "read_bytes") - before; n > 512<<10 {
+		t.Fatalf("appending 4 MiB to a reopened segment read %d bytes from disk, want under 512 KiB", n)
+	}
 }
 
 // A paced zero-fill ends at the journal's close, and the spare it was making

@@ -857,6 +857,7 @@ func benchRecoverMemory(ctx context.Context, o benchOpts, dir string, n int, rec
 		// first start, which makes (and zero-fills) the journal's first segment,
 		// is not timed: a restart does not do that.
 		emptyCfg := cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: dir + "-empty", Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs), LazySyncMs: armFlag(o.lazyMs)}
+		defer os.RemoveAll(emptyCfg.DataDir)
 		empty, err := cluster.StartNode(emptyCfg)
 		if err != nil {
 			return nil, nil, err
@@ -869,7 +870,6 @@ func benchRecoverMemory(ctx context.Context, o benchOpts, dir string, n int, rec
 		}
 		rres.EmptyStartSeconds = time.Since(t0).Seconds()
 		_ = empty.Close()
-		_ = os.RemoveAll(dir + "-empty")
 	}
 	addr, err := benchFreeAddr()
 	if err != nil {

@@ -167,27 +167,17 @@ func randomFileID() (uint64, error) {
 
 // preallocate reserves sizeBytes of disk for f so that no later write into
 // the mapping can fail for lack of space (a full disk under a mapping is a
-// SIGBUS, not an error). Where fallocate is unsupported it writes zeros.
-// With zeroLater (zeroFill follows) it leaves that to zeroFill.
-func preallocate(f *os.File, sizeBytes int64, zeroLater bool) error {
+// SIGBUS, not an error). It reports false where fallocate is unsupported:
+// nothing is reserved, and createSpare writes zeros instead (zeroFill).
+func preallocate(f *os.File, sizeBytes int64) (bool, error) {
 	err := unix.Fallocate(int(f.Fd()), 0, 0, sizeBytes)
 	if err == nil {
-		return nil
+		return true, nil
 	}
 	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
-		return fmt.Errorf("persistence: fallocate %s: %w", f.Name(), err)
+		return false, fmt.Errorf("persistence: fallocate %s: %w", f.Name(), err)
 	}
-	if zeroLater {
-		return nil
-	}
-	zeros := make([]byte, 1<<20)
-	for off := int64(0); off < sizeBytes; off += int64(len(zeros)) {
-		n := min(int64(len(zeros)), sizeBytes-off)
-		if _, err := f.WriteAt(zeros[:n], off); err != nil {
-			return fmt.Errorf("persistence: preallocate %s: %w", f.Name(), err)
-		}
-	}
-	return nil
+	return false, nil
 }
 
 // zeroing says how createSpare writes zeros over a new segment's reserved
@@ -206,7 +196,8 @@ func preallocate(f *os.File, sizeBytes int64, zeroLater bool) error {
 // The cost: every segment is written twice (zeros, then records), about 16k
 // pwrites and, paced, 256 fdatasyncs for 64 MiB, and a spare holds its size in
 // clean page cache until it is used (reclaimable; a reclaimed page is read back
-// on its fault). Segments larger than maxZeroFillBytes are only fallocated.
+// on its fault). Segments larger than maxZeroFillBytes are only fallocated
+// (where fallocate works: elsewhere the zeros are the only reservation).
 type zeroing struct {
 	// pause, when positive, is taken after every zeroStepBytes (written back
 	// and synced first), so that a spare prepared while the journal serves
@@ -283,10 +274,14 @@ func createSpare(dir string, sizeBytes int64, be backend, z *zeroing) (*segment,
 		os.Remove(filepath.Join(dir, name))
 		return nil, err
 	}
-	if err := preallocate(f, sizeBytes, z != nil); err != nil {
+	reserved, err := preallocate(f, sizeBytes)
+	if err != nil {
 		return fail(err)
 	}
-	if z != nil && sizeBytes > maxZeroFillBytes {
+	switch {
+	case !reserved && z == nil:
+		z = &zeroing{} // the zeros are the reservation
+	case reserved && sizeBytes > maxZeroFillBytes:
 		z = nil
 	}
 	if z != nil {

@@ -106,32 +106,27 @@ func TestLazySyncOnlyForAcksAndArmedFires(t *testing.T) {
 		t.Fatalf("after durable: %v, want the ack", s)
 	}
 
-	// Armed a little late (the tick came at 1096 for a due at 1100): the due less
-	// the sync's budget comes before the ack's deadline would.
-	createDurable(c, e, 1060, onceAt(8, 1100))
-	c.Tick(1096, e)
-	if by := e.lastBy(t); by != 1097 {
-		t.Fatalf("a fire armed 4 ms ahead: by %d, want 1097", by)
-	}
-	c.Durable(e.lsn, nil, e)
-	c.Tick(1100, e)
-	e.take()
-
-	// Armed 2 ms before its due (created that late): no time to wait.
-	createDurable(c, e, 2000, onceAt(9, 2002))
-	c.Tick(2000, e)
-	if by := e.lastBy(t); by != 0 {
-		t.Fatalf("a fire armed 2 ms before its due may wait until %d", by)
-	}
-	c.Durable(e.lsn, nil, e)
-	c.Tick(2002, e)
-	e.take()
-
-	// A fire at its due (not armed ahead: the shard ticked late) is urgent.
-	createDurable(c, e, 3000, onceAt(10, 3010))
-	c.Tick(3010, e)
-	if by := e.lastBy(t); by != 0 {
-		t.Fatalf("an unarmed fire may wait until %d", by)
+	for _, tc := range []struct {
+		what              string
+		id, at, due, tick int64
+		wantBy            int64
+	}{
+		// Armed a little late (the tick came at 1096 for a due at 1100): the due
+		// less the sync's budget comes before the ack's deadline would.
+		{"a fire armed 4 ms ahead", 8, 1060, 1100, 1096, 1097},
+		// Armed 2 ms before its due (created that late): no time to wait.
+		{"a fire armed 2 ms before its due", 9, 2000, 2002, 2000, 0},
+		// A fire at its due (not armed ahead: the shard ticked late) is urgent.
+		{"an unarmed fire", 10, 3000, 3010, 3010, 0},
+	} {
+		createDurable(c, e, tc.at, onceAt(tc.id, tc.due))
+		c.Tick(tc.tick, e)
+		if by := e.lastBy(t); by != tc.wantBy {
+			t.Fatalf("%s: may wait until %d, want %d", tc.what, by, tc.wantBy)
+		}
+		c.Durable(e.lsn, nil, e)
+		c.Tick(tc.due, e)
+		e.take()
 	}
 }
 

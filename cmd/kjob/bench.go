@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -127,6 +128,19 @@ type BenchCreate struct {
 	// PerBatch is the mean number of creates per CreateJobs batch the client sent
 	// (cluster/batch.go); 0 with --no-batch.
 	PerBatch float64 `json:"creates_per_batch"`
+	// CPUSeconds is the CPU time (user + system) this process used while the
+	// creates ran: load generator, client and, on an embedded node, the node.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	NodeInCPU  bool    `json:"node_in_cpu"` // the node ran in this process (not --servers)
+}
+
+// processCPU is the CPU time (user + system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchFire is the fire scenario: N one-shot jobs due evenly over a window.
@@ -651,16 +665,17 @@ func benchCreate(ctx context.Context, o benchOpts, e *benchEnv) (*BenchCreate, e
 	lat := make([]int64, o.createN)
 	p := startBenchProgress(o.progress, "create", o.createN)
 	b0, k0 := e.client.CreateBatches()
-	t0 := time.Now()
+	cpu0, t0 := processCPU(), time.Now()
 	errs, err := benchCreateMany(ctx, e, o.createN, o.concurrency, func(i int) *messages.Job { return e.job(far, benchParams(i, o.paramsBytes)) }, lat, nil, p)
-	el := time.Since(t0)
+	el, cpu := time.Since(t0), processCPU()-cpu0
 	p.finish()
 	if err != nil {
 		return nil, err
 	}
 	ok := o.createN - errs
 	res := &BenchCreate{N: o.createN, Concurrency: o.concurrency, Seconds: el.Seconds(),
-		AcksPerSec: float64(ok) / el.Seconds(), Latency: benchDist(benchNonZero(lat)), Errors: errs}
+		AcksPerSec: float64(ok) / el.Seconds(), Latency: benchDist(benchNonZero(lat)), Errors: errs,
+		CPUSeconds: cpu.Seconds(), NodeInCPU: len(o.servers) == 0}
 	if b1, k1 := e.client.CreateBatches(); b1 > b0 {
 		res.PerBatch = float64(k1-k0) / float64(b1-b0)
 	}
@@ -1152,6 +1167,13 @@ func printBench(w io.Writer, r *BenchReport) {
 			row(s, "creates per client batch (mean)", fmt.Sprintf("%.1f", c.PerBatch))
 		} else {
 			row(s, "creates per client batch (mean)", "none sent (--no-batch)")
+		}
+		if c.CPUSeconds > 0 && c.N > 0 {
+			of := "load generator, client and node"
+			if !c.NodeInCPU {
+				of = "load generator and client; the servers not counted"
+			}
+			row(s, "CPU per create ("+of+")", fmt.Sprintf("%.1f µs (%.2f of %d cores busy)", c.CPUSeconds*1e6/float64(c.N), c.CPUSeconds/c.Seconds, runtime.NumCPU()))
 		}
 	}
 	if f := r.Fire; f != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -41,6 +42,12 @@ func TestBenchShort(t *testing.T) {
 	}
 	if c.N != shortCreateN || c.Errors != 0 || c.Latency.N != shortCreateN || c.AcksPerSec <= 0 {
 		t.Errorf("create: %+v", c)
+	}
+	// The process's CPU over the creates: some, and no more than every core for the
+	// whole time, give or take the accounting (a clock mixed up with another would
+	// break either bound).
+	if !c.NodeInCPU || c.CPUSeconds <= 0 || c.CPUSeconds > c.Seconds*float64(runtime.NumCPU())*1.05+0.02 {
+		t.Errorf("create CPU: %.3f s over %.3f s on %d cores (node in it: %v)", c.CPUSeconds, c.Seconds, runtime.NumCPU(), c.NodeInCPU)
 	}
 	if !(c.Latency.MinMs <= c.Latency.P50Ms && c.Latency.P50Ms <= c.Latency.P99Ms && c.Latency.P99Ms <= c.Latency.P999Ms && c.Latency.P999Ms <= c.Latency.MaxMs) {
 		t.Errorf("create latency percentiles out of order: %+v", c.Latency)

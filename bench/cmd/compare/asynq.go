@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -29,6 +30,11 @@ type createRun struct {
 	AcksPerSec  float64 `json:"acks_per_sec"`
 	Latency     dist    `json:"ack_latency"`
 	Errors      int     `json:"errors"`
+	// CPUSeconds is the CPU time every process of the side used while the creates
+	// ran: kjob bench's (load generator, client, node), or this one's (Asynq's
+	// client and the load generator) plus redis-server's; 0 when not known (a
+	// Redis this program did not start).
+	CPUSeconds float64 `json:"cpu_seconds"`
 }
 
 type fireRun struct {
@@ -110,7 +116,7 @@ func enqueueMany(ctx context.Context, c *asynq.Client, n, conc int, mk func(i in
 }
 
 // asynqCreate is kjob's create scenario on Asynq: n tasks due in an hour, conc in flight.
-func asynqCreate(ctx context.Context, addr string, n, conc, payloadBytes int, label string) (*createRun, error) {
+func asynqCreate(ctx context.Context, addr string, n, conc, payloadBytes int, label string, serverCPU func() (time.Duration, bool)) (*createRun, error) {
 	c := asynq.NewClient(redisOpt(addr, conc))
 	defer c.Close()
 	due := time.Now().Add(asynqFarFuture).UnixNano()
@@ -122,9 +128,11 @@ func asynqCreate(ctx context.Context, addr string, n, conc, payloadBytes int, la
 	}
 	lat := make([]int64, n)
 	p := newBar(label, n)
-	t0 := time.Now()
+	srv0, srvOK := serverCPU()
+	cpu0, t0 := selfCPU(), time.Now()
 	errs, err := enqueueMany(ctx, c, n, conc, mk, lat, nil, p)
-	el := time.Since(t0)
+	el, cpu := time.Since(t0), selfCPU()-cpu0
+	srv1, srvOK1 := serverCPU()
 	p.finish()
 	if err != nil {
 		return nil, err
@@ -135,8 +143,21 @@ func asynqCreate(ctx context.Context, addr string, n, conc, payloadBytes int, la
 			ok = append(ok, v)
 		}
 	}
-	return &createRun{N: n, Concurrency: conc, Seconds: el.Seconds(), AcksPerSec: float64(len(ok)) / el.Seconds(),
-		Latency: newDist(ok, 0), Errors: errs}, nil
+	r := &createRun{N: n, Concurrency: conc, Seconds: el.Seconds(), AcksPerSec: float64(len(ok)) / el.Seconds(),
+		Latency: newDist(ok, 0), Errors: errs}
+	if srvOK && srvOK1 {
+		r.CPUSeconds = (cpu + srv1 - srv0).Seconds()
+	}
+	return r, nil
+}
+
+// selfCPU is the CPU time (user + system) this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // asynqFire is kjob's fire scenario on Asynq: a server (default settings but for

@@ -289,7 +289,7 @@ func runAsynq(ctx context.Context, c config, r *results, bin string) error {
 		if err := rs.reset(ctx); err != nil {
 			return nil, err
 		}
-		cr, err := asynqCreate(ctx, rs.addr, c.createN, conc, c.paramsBytes, "asynq create ("+redis+")")
+		cr, err := asynqCreate(ctx, rs.addr, c.createN, conc, c.paramsBytes, "asynq create ("+redis+")", rs.cpu)
 		if err != nil {
 			return nil, fmt.Errorf("asynq create, %s: %w", redis, err)
 		}
@@ -569,6 +569,25 @@ func latencyRow(name string, k, a float64) []string {
 	return []string{name, fmtMs(k), fmtMs(a), fmtRatio(better(k, a, false)) + " lower"}
 }
 
+// cpuRow compares the CPU time a create cost each side, in µs (and the cores busy
+// meanwhile); "-" where a side's CPU is not known.
+func cpuRow(name string, k, a *createRun) []string {
+	cell := func(r *createRun) (string, float64) {
+		if r.CPUSeconds <= 0 || r.N <= 0 || r.Seconds <= 0 {
+			return "-", math.NaN()
+		}
+		us := r.CPUSeconds * 1e6 / float64(r.N)
+		return fmt.Sprintf("%.1f µs (%.2f cores busy)", us, r.CPUSeconds/r.Seconds), us
+	}
+	kc, kus := cell(k)
+	ac, aus := cell(a)
+	ratio := "-"
+	if !math.IsNaN(kus) && !math.IsNaN(aus) {
+		ratio = fmtRatio(better(kus, aus, false)) + " less"
+	}
+	return []string{name, kc, ac, ratio}
+}
+
 // fireRow compares a lateness percentile, where Asynq's may be censored: then the
 // ratio is a lower bound.
 func fireRow(name string, kd dist, k float64, ad dist, a float64) []string {
@@ -612,6 +631,7 @@ func markdown(c config, r *results) string {
 	row("create", latencyRow("ack latency p50, appendfsync always", k.Create.Latency.P50Ms, ca.Latency.P50Ms))
 	row("create", latencyRow("ack latency p99, appendfsync always", k.Create.Latency.P99Ms, ca.Latency.P99Ms))
 	row("create", latencyRow("ack latency p999, appendfsync always", k.Create.Latency.P999Ms, ca.Latency.P999Ms))
+	row("create", cpuRow("CPU per durable create, every process of the side (Asynq: its client and redis-server), appendfsync always", k.Create, ca))
 	row("create", []string{"acks/s, Asynq with Redis as shipped (not durable)", fmtNum(k.Create.AcksPerSec), fmtNum(cs.AcksPerSec), fmtRatio(better(k.Create.AcksPerSec, cs.AcksPerSec, true))})
 	row("create", latencyRow("ack latency p99, Redis as shipped", k.Create.Latency.P99Ms, cs.Latency.P99Ms))
 	if kh, ha, hs := r.kjobHigh, r.highAlways, r.highShipped; kh != nil && ha != nil && hs != nil {
@@ -619,6 +639,7 @@ func markdown(c config, r *results) string {
 		row("create", []string{"durable acks/s" + at + ", Asynq with appendfsync always", fmtNum(kh.AcksPerSec), fmtNum(ha.AcksPerSec), fmtRatio(better(kh.AcksPerSec, ha.AcksPerSec, true))})
 		row("create", latencyRow("ack latency p50"+at+", appendfsync always", kh.Latency.P50Ms, ha.Latency.P50Ms))
 		row("create", latencyRow("ack latency p99"+at+", appendfsync always", kh.Latency.P99Ms, ha.Latency.P99Ms))
+		row("create", cpuRow("CPU per durable create"+at+", appendfsync always", kh, ha))
 		row("create", []string{"acks/s" + at + ", Asynq with Redis as shipped (not durable)", fmtNum(kh.AcksPerSec), fmtNum(hs.AcksPerSec), fmtRatio(better(kh.AcksPerSec, hs.AcksPerSec, true))})
 	}
 	kf := k.Fire

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -179,6 +180,37 @@ func (s *redisServer) appendfsyncAlways(ctx context.Context) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
+}
+
+// cpu is the CPU time redis-server has used, all its threads (the scheduler's
+// per-thread run time, /proc/<pid>/task/*/schedstat); false for a Redis this
+// program did not start.
+func (s *redisServer) cpu() (time.Duration, bool) {
+	if !s.owned || s.cmd == nil || s.cmd.Process == nil {
+		return 0, false
+	}
+	dir := fmt.Sprintf("/proc/%d/task", s.cmd.Process.Pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, false
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+		if err != nil {
+			continue // a thread that ended meanwhile
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return 0, false
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, true
 }
 
 func (s *redisServer) stop() {

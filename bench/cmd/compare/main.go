@@ -569,6 +569,14 @@ func latencyRow(name string, k, a float64) []string {
 	return []string{name, fmtMs(k), fmtMs(a), fmtRatio(better(k, a, false)) + " lower"}
 }
 
+// fmtCPU is a run's CPU per create in µs, "-" when not known.
+func fmtCPU(r *createRun) string {
+	if r.CPUSeconds <= 0 || r.N <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f µs", r.CPUSeconds*1e6/float64(r.N))
+}
+
 // cpuRow compares the CPU time a create cost each side, in µs (and the cores busy
 // meanwhile); "-" where a side's CPU is not known.
 func cpuRow(name string, k, a *createRun) []string {
@@ -661,7 +669,8 @@ func markdown(c config, r *results) string {
 	if len(r.rounds) > 1 {
 		var rs []string
 		for i, p := range r.rounds {
-			rs = append(rs, fmt.Sprintf("%d. %s against %s acks/s, %s", i+1, fmtNum(p.kjob.AcksPerSec), fmtNum(p.asynq.AcksPerSec), fmtRatio(p.ratio())))
+			rs = append(rs, fmt.Sprintf("%d. %s against %s acks/s, %s (CPU per create %s against %s)", i+1, fmtNum(p.kjob.AcksPerSec), fmtNum(p.asynq.AcksPerSec), fmtRatio(p.ratio()),
+				fmtCPU(p.kjob), fmtCPU(p.asynq)))
 		}
 		w("\nDurable create at %d in flight, round by round (kjob, then Asynq with appendfsync always; the first round is the main runs', the others a kjob create on a fresh node and an Asynq create on the emptied Redis, after the fire runs): %s.\n",
 			c.concurrency, strings.Join(rs, "; "))

@@ -129,9 +129,9 @@ type BenchCreate struct {
 	// (cluster/batch.go); 0 with --no-batch.
 	PerBatch float64 `json:"creates_per_batch"`
 	// CPUSeconds is the CPU time (user + system) this process used while the
-	// creates ran: load generator, client and, on an embedded node, the node.
+	// creates ran: load generator, client and, on an embedded node (the report's
+	// mode), the node.
 	CPUSeconds float64 `json:"cpu_seconds"`
-	NodeInCPU  bool    `json:"node_in_cpu"` // the node ran in this process (not --servers)
 }
 
 // processCPU is the CPU time (user + system) this process has used.
@@ -675,7 +675,7 @@ func benchCreate(ctx context.Context, o benchOpts, e *benchEnv) (*BenchCreate, e
 	ok := o.createN - errs
 	res := &BenchCreate{N: o.createN, Concurrency: o.concurrency, Seconds: el.Seconds(),
 		AcksPerSec: float64(ok) / el.Seconds(), Latency: benchDist(benchNonZero(lat)), Errors: errs,
-		CPUSeconds: cpu.Seconds(), NodeInCPU: len(o.servers) == 0}
+		CPUSeconds: cpu.Seconds()}
 	if b1, k1 := e.client.CreateBatches(); b1 > b0 {
 		res.PerBatch = float64(k1-k0) / float64(b1-b0)
 	}
@@ -1170,7 +1170,7 @@ func printBench(w io.Writer, r *BenchReport) {
 		}
 		if c.CPUSeconds > 0 && c.N > 0 {
 			of := "load generator, client and node"
-			if !c.NodeInCPU {
+			if r.Mode != "embedded" {
 				of = "load generator and client; the servers not counted"
 			}
 			row(s, "CPU per create ("+of+")", fmt.Sprintf("%.1f µs (%.2f of %d cores busy)", c.CPUSeconds*1e6/float64(c.N), c.CPUSeconds/c.Seconds, runtime.NumCPU()))

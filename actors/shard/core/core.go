@@ -433,9 +433,15 @@ func (c *Core) emit(t messages.RecordType, m proto.Message) {
 	// (two records a fire, each garbage once appended): a growth leaves the
 	// records before it in the old array, which they keep alive until Append.
 	n := len(c.pendBuf)
-	b, err := proto.MarshalOptions{}.MarshalAppend(c.pendBuf, m)
-	if err != nil {
-		panic(fmt.Sprintf("shard: marshal %T: %v", m, err)) // generated types always marshal
+	b, ok := c.pendBuf, false
+	if j, isJob := m.(*messages.Job); isJob && t == messages.RecordType_JOB_PUT {
+		b, ok = appendJobFast(b, j)
+	}
+	if !ok {
+		var err error
+		if b, err = (proto.MarshalOptions{}).MarshalAppend(b, m); err != nil {
+			panic(fmt.Sprintf("shard: marshal %T: %v", m, err)) // generated types always marshal
+		}
 	}
 	c.pendBuf = b
 	c.pending = append(c.pending, persistence.Entry{Stream: c.stream, Type: uint8(t), Payload: b[n:len(b):len(b)]})

@@ -1,0 +1,162 @@
+package core
+
+import (
+	"bytes"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kjob/kjob/messages"
+)
+
+// randJobForEncode is a job with any of its fields set, at their extremes too
+// (negative ids and times, enum values the .proto does not name, long strings,
+// multi-byte UTF-8, empty but non-nil params, an empty schedule, a policy).
+func randJobForEncode(rng *rand.Rand) *messages.Job {
+	i64 := func() int64 {
+		switch rng.IntN(6) {
+		case 0:
+			return 0
+		case 1:
+			return -rng.Int64N(1 << 40)
+		case 2:
+			return math.MinInt64
+		case 3:
+			return math.MaxInt64
+		case 4:
+			return rng.Int64N(200)
+		}
+		return rng.Int64()
+	}
+	str := func() string {
+		switch rng.IntN(5) {
+		case 0:
+			return ""
+		case 1:
+			return "日本語-ü"
+		case 2:
+			return string(bytes.Repeat([]byte{'x'}, 100+rng.IntN(300))) // a two-byte length
+		}
+		return "h" + string(rune('a'+rng.IntN(26)))
+	}
+	j := &messages.Job{Id: i64(), App: str(), Handler: str(), State: messages.JobState(rng.IntN(7) - 2),
+		Version: i64(), CreatedMs: i64(), UpdatedMs: i64(), NextDueMs: i64(), Runs: i64(), LastDueMs: i64(),
+		LastFinishMs: i64(), RequestId: i64()}
+	switch rng.IntN(4) {
+	case 0:
+	case 1:
+		j.Params = []byte{}
+	default:
+		j.Params = make([]byte, rng.IntN(300))
+		for i := range j.Params {
+			j.Params[i] = byte(rng.IntN(256))
+		}
+	}
+	switch rng.IntN(4) {
+	case 0:
+	case 1:
+		j.Schedule = &messages.Schedule{}
+	default:
+		j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind(rng.IntN(7) - 2), AtMs: i64(), DelayMs: i64(),
+			Cron: str(), Tz: str(), EveryMs: i64(), StartMs: i64(), NotBeforeMs: i64(), NotAfterMs: i64(), MaxRuns: i64()}
+	}
+	if rng.IntN(4) == 0 {
+		j.Policy = &messages.Policy{Attempts: int32(rng.IntN(5)), LadderMs: []int64{1000, i64()}, TimeoutMs: i64(), RouteKey: str()}
+	}
+	return j
+}
+
+// The fast encoder writes the bytes proto.Marshal writes, for every job it takes;
+// it takes every job whose strings are UTF-8 and that has no unknown fields; it
+// leaves the others to proto.Marshal, with the buffer as it was.
+func TestAppendJobFastMatchesProto(t *testing.T) {
+	if !coldFieldsKnown() {
+		t.Skip("messages.Job has fields the fast encoder does not know")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	prefix := []byte("earlier records")
+	for i := range 50_000 {
+		j := randJobForEncode(rng)
+		odd := i % 10
+		switch odd {
+		case 0: // an unknown field in the job
+			j.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 5))
+		case 1: // an unknown field in the schedule
+			if j.Schedule == nil {
+				j.Schedule = &messages.Schedule{}
+			}
+			j.Schedule.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 42, protowire.VarintType), 1))
+		case 2: // invalid UTF-8
+			switch rng.IntN(4) {
+			case 0:
+				j.App = "a\xff"
+			case 1:
+				j.Handler = "\xc3"
+			default:
+				j.Schedule = &messages.Schedule{Cron: "\xfe", Tz: "UTC"}
+				if rng.IntN(2) == 0 {
+					j.Schedule = &messages.Schedule{Cron: "* * * * * *", Tz: "\xed\xa0\x80"}
+				}
+			}
+		}
+		buf := append(make([]byte, 0, rng.IntN(64)), prefix...)
+		got, ok := appendJobFast(buf, j)
+		if odd <= 2 {
+			if ok {
+				t.Fatalf("job %d (case %d) should have been left to proto.Marshal", i, odd)
+			}
+			if !bytes.Equal(got, prefix) {
+				t.Fatalf("job %d: a refusal changed the buffer to %q", i, got)
+			}
+			continue
+		}
+		if !ok {
+			t.Fatalf("job %d was left to proto.Marshal: %v", i, j)
+		}
+		want, err := proto.Marshal(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[:len(prefix)], prefix) || !bytes.Equal(got[len(prefix):], want) {
+			t.Fatalf("job %d: fast %x\nproto %x\n(%v)", i, got[len(prefix):], want, j)
+		}
+		back := &messages.Job{}
+		if err := proto.Unmarshal(got[len(prefix):], back); err != nil || !proto.Equal(back, j) {
+			t.Fatalf("job %d: decodes to %v (%v), not %v", i, back, err, j)
+		}
+	}
+}
+
+// FuzzAppendJobFast: any job protobuf can decode, encoded again by the fast
+// encoder, gives proto.Marshal's bytes (or is left to it).
+func FuzzAppendJobFast(f *testing.F) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 20 {
+		b, _ := proto.Marshal(randJobForEncode(rng))
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		j := &messages.Job{}
+		if proto.Unmarshal(b, j) != nil {
+			return
+		}
+		got, ok := appendJobFast(nil, j)
+		want, err := proto.Marshal(j)
+		if !ok {
+			if err == nil && coldFieldsKnown() && len(j.ProtoReflect().GetUnknown()) == 0 &&
+				(j.Schedule == nil || len(j.Schedule.ProtoReflect().GetUnknown()) == 0) {
+				t.Fatalf("a job proto.Marshal takes, without unknown fields, was left to it: %v", j)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("the fast encoder took a job proto.Marshal refuses (%v): %v", err, j)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("fast %x\nproto %x\n(%v)", got, want, j)
+		}
+	})
+}

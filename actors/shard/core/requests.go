@@ -31,7 +31,7 @@ type seenReq struct {
 }
 
 type reqWindow struct {
-	seen  map[int64]seenReq
+	seen  reqIndex
 	order []orderedReq // insertion order; head first
 	head  int
 
@@ -103,7 +103,7 @@ func (l *deferLog) add(d deferredReq) {
 
 func (w *reqWindow) has(id int64) (seenReq, bool) {
 	w.settle()
-	s, ok := w.seen[id]
+	s, ok := w.seen.get(id)
 	if !ok {
 		w.missed = id
 	}
@@ -134,26 +134,23 @@ func (w *reqWindow) add(id, jobID, atMs int64) {
 		w.deferred.add(deferredReq{id, jobID, atMs})
 		return
 	}
-	if w.seen == nil {
-		w.seen = make(map[int64]seenReq)
-	}
 	// Nothing enters the window but through add, so an id has missed since the
 	// last add is still out of it.
 	known := id != w.missed
 	w.missed = 0
 	if known {
-		if _, ok := w.seen[id]; ok {
+		if _, ok := w.seen.get(id); ok {
 			return
 		}
 	}
-	w.seen[id] = seenReq{jobID: jobID, atMs: atMs}
+	w.seen.put(id, seenReq{jobID: jobID, atMs: atMs})
 	w.order = append(w.order, orderedReq{id, atMs})
 	for w.head < len(w.order) {
 		old := w.order[w.head]
-		if len(w.seen) <= MaxRequestWindow && old.atMs >= atMs-RequestWindowMs {
+		if w.seen.len() <= MaxRequestWindow && old.atMs >= atMs-RequestWindowMs {
 			break
 		}
-		delete(w.seen, old.id)
+		w.seen.del(old.id)
 		w.head++
 	}
 	if w.head > 1024 && w.head > len(w.order)/2 { // compact the consumed prefix
@@ -164,15 +161,15 @@ func (w *reqWindow) add(id, jobID, atMs int64) {
 
 func (w *reqWindow) len() int {
 	w.settle()
-	return len(w.seen)
+	return w.seen.len()
 }
 
 // entries lists the window oldest first (for the snapshot).
 func (w *reqWindow) entries() []*messages.RequestSeen {
 	w.settle()
-	out := make([]*messages.RequestSeen, 0, len(w.seen))
+	out := make([]*messages.RequestSeen, 0, w.seen.len())
 	for _, o := range w.order[w.head:] {
-		s := w.seen[o.id]
+		s, _ := w.seen.get(o.id)
 		out = append(out, &messages.RequestSeen{RequestId: o.id, JobId: s.jobID, AtMs: s.atMs})
 	}
 	return out

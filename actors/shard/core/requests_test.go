@@ -170,8 +170,8 @@ func TestRequestWindowMatchesModel(t *testing.T) {
 			modelAdd(id, int64(i), at)
 		default: // the command was refused: nothing added
 		}
-		if len(w.seen) != len(model) {
-			t.Fatalf("step %d: window holds %d, model %d", i, len(w.seen), len(model))
+		if w.seen.len() != len(model) {
+			t.Fatalf("step %d: window holds %d, model %d", i, w.seen.len(), len(model))
 		}
 	}
 	es := w.entries()
@@ -232,8 +232,8 @@ func TestRequestWindowDeferredMatches(t *testing.T) {
 			t.Fatalf("after %d adds the log holds %d", i, n)
 		}
 	}
-	if n := deferred.deferred.n; len(deferred.seen) != 0 || n < 2*MaxRequestWindow || n >= 2*MaxRequestWindow+2*deferBlock {
-		t.Fatalf("deferring: %d entered, %d logged", len(deferred.seen), n)
+	if n := deferred.deferred.n; deferred.seen.len() != 0 || n < 2*MaxRequestWindow || n >= 2*MaxRequestWindow+2*deferBlock {
+		t.Fatalf("deferring: %d entered, %d logged", deferred.seen.len(), n)
 	}
 	held := 0
 	for i, b := range deferred.deferred.blocks {
@@ -299,7 +299,7 @@ func BenchmarkRequestWindowLive(b *testing.B) {
 		id++
 	}
 	b.StopTimer()
-	if len(w.seen) != MaxRequestWindow {
-		b.Fatalf("window holds %d", len(w.seen))
+	if w.seen.len() != MaxRequestWindow {
+		b.Fatalf("window holds %d", w.seen.len())
 	}
 }

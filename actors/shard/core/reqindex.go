@@ -107,14 +107,20 @@ func (x *reqIndex) put(id int64, v seenReq) {
 
 // del removes id, which the index holds.
 func (x *reqIndex) del(id int64) {
-	c := x.chunkFor(id)
-	ch := x.chunks[c]
-	i, ok := slices.BinarySearch(ch.ids[ch.lo:ch.n], id)
-	if !ok {
-		panic("core: the request window's index lost an id")
+	c, i := 0, 0
+	if ch := x.chunks[0]; ch.ids[ch.lo] == id { // the least id: the common case
+		i = ch.lo
+	} else {
+		c = x.chunkFor(id)
+		ch = x.chunks[c]
+		var ok bool
+		if i, ok = slices.BinarySearch(ch.ids[ch.lo:ch.n], id); !ok {
+			panic("core: the request window's index lost an id")
+		}
+		i += ch.lo
 	}
+	ch := x.chunks[c]
 	x.n--
-	i += ch.lo
 	if i == ch.lo { // the oldest: the common case
 		ch.lo++
 	} else {

@@ -27,6 +27,9 @@ func appendJobFast(b []byte, j *messages.Job) ([]byte, bool) {
 	if s != nil && (len(s.ProtoReflect().GetUnknown()) > 0 || !utf8.ValidString(s.Cron) || !utf8.ValidString(s.Tz)) {
 		return b, false
 	}
+	if p := j.Policy; p != nil && !utf8.ValidString(p.RouteKey) {
+		return b, false
+	}
 	b = appendVarintField(b, 1, uint64(j.Id))
 	b = appendStringField(b, 2, j.App)
 	b = appendStringField(b, 3, j.Handler)

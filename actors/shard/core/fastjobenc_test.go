@@ -63,8 +63,15 @@ func randJobForEncode(rng *rand.Rand) *messages.Job {
 		j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind(rng.IntN(7) - 2), AtMs: i64(), DelayMs: i64(),
 			Cron: str(), Tz: str(), EveryMs: i64(), StartMs: i64(), NotBeforeMs: i64(), NotAfterMs: i64(), MaxRuns: i64()}
 	}
-	if rng.IntN(4) == 0 {
-		j.Policy = &messages.Policy{Attempts: int32(rng.IntN(5)), LadderMs: []int64{1000, i64()}, TimeoutMs: i64(), RouteKey: str()}
+	switch rng.IntN(6) {
+	case 0:
+		j.Policy = &messages.Policy{}
+	case 1:
+		j.Policy = &messages.Policy{Attempts: int32(rng.IntN(5)) - 1, LadderMs: []int64{1000, i64()}, TimeoutMs: i64(), RouteKey: str(),
+			Misfire: messages.Misfire(rng.IntN(6) - 2), Concurrency: messages.Concurrency(rng.IntN(6) - 2), Route: messages.Route(rng.IntN(6) - 2)}
+		if rng.IntN(3) == 0 { // a newer writer's field: kept, after the known ones
+			j.Policy.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 50, protowire.VarintType), 7))
+		}
 	}
 	return j
 }
@@ -90,11 +97,13 @@ func TestAppendJobFastMatchesProto(t *testing.T) {
 			}
 			j.Schedule.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 42, protowire.VarintType), 1))
 		case 2: // invalid UTF-8
-			switch rng.IntN(4) {
+			switch rng.IntN(5) {
 			case 0:
 				j.App = "a\xff"
 			case 1:
 				j.Handler = "\xc3"
+			case 4:
+				j.Policy = &messages.Policy{Attempts: 2, RouteKey: "k\xff"}
 			default:
 				j.Schedule = &messages.Schedule{Cron: "\xfe", Tz: "UTC"}
 				if rng.IntN(2) == 0 {
@@ -159,4 +168,58 @@ func FuzzAppendJobFast(f *testing.F) {
 			t.Fatalf("fast %x\nproto %x\n(%v)", got, want, j)
 		}
 	})
+}
+
+// Through the core: every JOB_PUT a create, an update and a policy's job journal is
+// the bytes proto.Marshal gives for the job it decodes to.
+func TestJobPutRecordsAreProtoBytes(t *testing.T) {
+	c, e := newCore(1000)
+	c.Handle(1000, client, &messages.CreateJob{Job: onceJob(7, 50), RequestId: 71}, e)
+	pj := onceJob(8, 0)
+	pj.Params = []byte(`{"order":42}`)
+	pj.Policy = &messages.Policy{Attempts: 3, LadderMs: []int64{1000, 5000}, RouteKey: "k"}
+	c.Handle(1000, client, &messages.CreateJob{Job: pj, RequestId: 72}, e)
+	cron := &messages.Job{Id: 9, App: "app", Handler: "h", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_CRON, Cron: "0 0 2 * * *", Tz: "Asia/Shanghai"}}
+	c.Handle(1000, client, &messages.CreateJob{Job: cron, RequestId: 73}, e)
+	c.Durable(e.lsn, nil, e)
+	c.Handle(1001, client, &messages.UpdateJob{Job: &messages.Job{Id: 7, App: "app", Handler: "h2", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 80}}, RequestId: 74}, e)
+	c.Durable(e.lsn, nil, e)
+	want := []struct {
+		id, reqID        int64
+		handler, params  string
+		sched            *messages.Schedule
+		policy           *messages.Policy
+		version, created int64
+	}{
+		{7, 71, "h", "", onceJob(7, 50).Schedule, nil, 1, 1000},
+		{8, 72, "h", `{"order":42}`, pj.Schedule, pj.Policy, 1, 1000},
+		{9, 73, "h", "", cron.Schedule, nil, 1, 1000},
+		{7, 74, "h2", "", &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 80}, nil, 2, 1001}, // a new delay counts from the update
+	}
+	k := 0
+	for _, r := range e.log {
+		if messages.RecordType(r.Type) != messages.RecordType_JOB_PUT {
+			continue
+		}
+		j := &messages.Job{}
+		if err := proto.Unmarshal(r.Payload, j); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := proto.Marshal(j); !bytes.Equal(r.Payload, b) {
+			t.Fatalf("record %d: %x\nproto.Marshal %x (%v)", r.LSN, r.Payload, b, j)
+		}
+		if k >= len(want) {
+			t.Fatalf("more JOB_PUT records than %d: %v", len(want), j)
+		}
+		w := want[k]
+		k++
+		if j.Id != w.id || j.RequestId != w.reqID || j.App != "app" || j.Handler != w.handler || string(j.Params) != w.params ||
+			!proto.Equal(j.Schedule, w.sched) || !proto.Equal(j.Policy, w.policy) || j.Version != w.version ||
+			j.CreatedMs != w.created || j.State != messages.JobState_ACTIVE {
+			t.Fatalf("record %d: %v, want %+v", r.LSN, j, w)
+		}
+	}
+	if k != len(want) {
+		t.Fatalf("%d JOB_PUT records, want %d", k, len(want))
+	}
 }

@@ -64,7 +64,11 @@ func (x *reqIndex) put(id int64, v seenReq) {
 	c := x.chunkFor(id)
 	if c == len(x.chunks) { // above every id: the common case
 		if c > 0 {
-			if ch := x.chunks[c-1]; ch.n < reqChunkCap {
+			ch := x.chunks[c-1]
+			if ch.n == reqChunkCap && ch.lo > 0 { // a window smaller than a chunk: no new one
+				ch.closeUp()
+			}
+			if ch.n < reqChunkCap {
 				ch.ids[ch.n], ch.vals[ch.n] = id, v
 				ch.n++
 				x.last[c-1] = id
@@ -79,11 +83,8 @@ func (x *reqIndex) put(id int64, v seenReq) {
 	}
 	ch := x.chunks[c]
 	if ch.n == reqChunkCap {
-		if ch.lo > 0 { // room at the front: close it up
-			copy(ch.ids[:], ch.ids[ch.lo:ch.n])
-			copy(ch.vals[:], ch.vals[ch.lo:ch.n])
-			ch.n -= ch.lo
-			ch.lo = 0
+		if ch.lo > 0 { // room at the front
+			ch.closeUp()
 		} else { // split: the upper half goes to a new chunk after it
 			half := reqChunkCap / 2
 			up := &reqChunk{n: reqChunkCap - half}
@@ -104,6 +105,14 @@ func (x *reqIndex) put(id int64, v seenReq) {
 	copy(ch.vals[i+1:ch.n+1], ch.vals[i:ch.n])
 	ch.ids[i], ch.vals[i] = id, v
 	ch.n++ // below the chunk's greatest id (chunkFor, or the split): last[c] stands
+}
+
+// closeUp moves the chunk's ids to its front.
+func (ch *reqChunk) closeUp() {
+	copy(ch.ids[:], ch.ids[ch.lo:ch.n])
+	copy(ch.vals[:], ch.vals[ch.lo:ch.n])
+	ch.n -= ch.lo
+	ch.lo = 0
 }
 
 // del removes id, which the index holds.

@@ -192,6 +192,22 @@ func TestReqIndexCompactsAndReenters(t *testing.T) {
 	}
 }
 
+// A window smaller than a chunk, ids rising: one chunk, closed up as it goes, and
+// never a second one under a quarter full.
+func TestReqIndexSmallWindow(t *testing.T) {
+	var x reqIndex
+	for id := int64(1); id <= 10*reqChunkCap; id++ {
+		x.put(id, seenReq{jobID: id})
+		if id > 20 {
+			x.del(id - 20)
+		}
+		checkReqIndex(t, &x)
+	}
+	if len(x.chunks) != 1 || x.len() != 20 {
+		t.Fatalf("%d ids in %d chunks, want 20 in 1", x.len(), len(x.chunks))
+	}
+}
+
 // Small and dense: the invariants after every step, ids near the int64 extremes.
 func TestReqIndexEveryStep(t *testing.T) {
 	for seed := range uint64(40) {

@@ -198,10 +198,11 @@ func TestReqIndexSmallWindow(t *testing.T) {
 	var x reqIndex
 	for id := int64(1); id <= 10*reqChunkCap; id++ {
 		x.put(id, seenReq{jobID: id})
+		checkReqIndex(t, &x)
 		if id > 20 {
 			x.del(id - 20)
+			checkReqIndex(t, &x)
 		}
-		checkReqIndex(t, &x)
 	}
 	if len(x.chunks) != 1 || x.len() != 20 {
 		t.Fatalf("%d ids in %d chunks, want 20 in 1", x.len(), len(x.chunks))

@@ -121,6 +121,7 @@ func TestRequestWindowChunksBounded(t *testing.T) {
 	const gap = int64(1) << 40
 	next, adds := int64(1), 0
 	add := func(id int64) { w.add(id, 1, 0); adds++ }
+	has := func(id int64) bool { _, ok := w.seen.get(id); return ok }
 	for range MaxRequestWindow {
 		add(next * gap)
 		next++
@@ -131,7 +132,7 @@ func TestRequestWindowChunksBounded(t *testing.T) {
 			if k > 0 && l-1 <= lasts[k-1] {
 				continue
 			}
-			if id := l - 1 - int64(round); !w.seenID(id) {
+			if id := l - 1 - int64(round); !has(id) {
 				add(id)
 			}
 		}
@@ -144,11 +145,6 @@ func TestRequestWindowChunksBounded(t *testing.T) {
 		}
 	}
 	checkReqIndex(t, &w.seen)
-}
-
-func (w *reqWindow) seenID(id int64) bool {
-	_, ok := w.seen.get(id)
-	return ok
 }
 
 // A full chunk most of whose front has left takes an insert into its middle by

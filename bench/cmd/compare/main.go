@@ -569,31 +569,39 @@ func latencyRow(name string, k, a float64) []string {
 	return []string{name, fmtMs(k), fmtMs(a), fmtRatio(better(k, a, false)) + " lower"}
 }
 
+// cpuPerCreate is a run's CPU per create in µs, false when not known.
+func (r *createRun) cpuPerCreate() (float64, bool) {
+	if r.CPUSeconds <= 0 || r.N <= 0 || r.Seconds <= 0 {
+		return 0, false
+	}
+	return r.CPUSeconds * 1e6 / float64(r.N), true
+}
+
 // fmtCPU is a run's CPU per create in µs, "-" when not known.
 func fmtCPU(r *createRun) string {
-	if r.CPUSeconds <= 0 || r.N <= 0 {
+	us, ok := r.cpuPerCreate()
+	if !ok {
 		return "-"
 	}
-	return fmt.Sprintf("%.1f µs", r.CPUSeconds*1e6/float64(r.N))
+	return fmt.Sprintf("%.1f µs", us)
 }
 
 // cpuRow compares the CPU time a create cost each side, in µs (and the cores busy
 // meanwhile); "-" where a side's CPU is not known.
 func cpuRow(name string, k, a *createRun) []string {
-	cell := func(r *createRun) (string, float64) {
-		if r.CPUSeconds <= 0 || r.N <= 0 || r.Seconds <= 0 {
-			return "-", math.NaN()
+	cell := func(r *createRun) string {
+		if _, ok := r.cpuPerCreate(); !ok {
+			return "-"
 		}
-		us := r.CPUSeconds * 1e6 / float64(r.N)
-		return fmt.Sprintf("%.1f µs (%.2f cores busy)", us, r.CPUSeconds/r.Seconds), us
+		return fmt.Sprintf("%s (%.2f cores busy)", fmtCPU(r), r.CPUSeconds/r.Seconds)
 	}
-	kc, kus := cell(k)
-	ac, aus := cell(a)
 	ratio := "-"
-	if !math.IsNaN(kus) && !math.IsNaN(aus) {
-		ratio = fmtRatio(better(kus, aus, false)) + " less"
+	if kus, ok := k.cpuPerCreate(); ok {
+		if aus, ok := a.cpuPerCreate(); ok {
+			ratio = fmtRatio(better(kus, aus, false)) + " less"
+		}
 	}
-	return []string{name, kc, ac, ratio}
+	return []string{name, cell(k), cell(a), ratio}
 }
 
 // fireRow compares a lateness percentile, where Asynq's may be censored: then the

@@ -282,3 +282,43 @@ func BenchmarkLoadSnapshot(b *testing.B) {
 	b.ReportMetric(float64(el.Nanoseconds())/float64(b.N)/base, "x-unmarshal")
 	b.ReportMetric(float64(benchSnapshotJobs)*float64(b.N)/el.Seconds(), "jobs/s")
 }
+
+// BenchmarkCreateBatchLarge: creates in batches of 52 (CreateJobs, lean replies,
+// as the Go client sends them at 256 in flight) into a shard that already holds a
+// million compact jobs, so a create's lookup of its id (a miss) meets a cold index
+// far larger than the caches, as it does in `kjob bench`. Job and request ids are
+// snowflakes, in the order taken.
+func BenchmarkCreateBatchLarge(b *testing.B) {
+	const held, batch = 1_000_000, 52
+	env := &fakeEnv{}
+	c := newBenchCore(env)
+	due := int64(benchT0Ms + time.Hour.Milliseconds())
+	snow := func(i int) int64 { return benchReqID0 + int64(i/4096)<<22 + int64(i%4096) }
+	mk := func(from, n int) *messages.CreateJobs {
+		m := &messages.CreateJobs{Jobs: make([]*messages.CreateJob, n), LeanReplies: true}
+		for k := range m.Jobs {
+			i := from + k
+			m.Jobs[k] = &messages.CreateJob{Job: benchJob(snow(2*i), due), RequestId: snow(2*i + 1)}
+		}
+		return m
+	}
+	for i := 0; i < held; i += 256 {
+		c.Handle(benchT0Ms, benchClient, mk(i, min(256, held-i)), env)
+		c.Durable(env.lsn, nil, env)
+	}
+	batches := make([]*messages.CreateJobs, 0, b.N/batch+1)
+	for i := 0; i < b.N; i += batch {
+		batches = append(batches, mk(held+i, min(batch, b.N-i)))
+	}
+	replies := env.replies
+	b.ReportAllocs()
+	b.ResetTimer()
+	for _, m := range batches {
+		c.Handle(benchT0Ms, benchClient, m, env)
+		c.Durable(env.lsn, nil, env)
+	}
+	b.StopTimer()
+	if env.replies-replies != len(batches) || c.Pending() != held+b.N {
+		b.Fatalf("replies %d, pending %d, want %d and %d", env.replies-replies, c.Pending(), len(batches), held+b.N)
+	}
+}

@@ -58,6 +58,7 @@ func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env)
 	if b, ok := m.(*messages.CreateJobs); ok {
 		// Each create as if it came alone; one reply, behind all their records.
 		out := &messages.CreateJobsReply{Replies: make([]*messages.JobReply, len(b.Jobs))}
+		c.warmSum += c.cold.idx.warm(len(b.Jobs), func(i int) int64 { return b.Jobs[i].GetJob().GetId() })
 		for i, x := range b.Jobs {
 			if x == nil {
 				out.Replies[i] = &messages.JobReply{Error: kerr.Invalid("jobs", "create %d of the batch is empty", i)}

@@ -165,3 +165,51 @@ func TestReserveChangesNothing(t *testing.T) {
 		}
 	}
 }
+
+// warm reads each id's home cell: the cell find starts at. With one id in each of
+// two parts (so nothing is displaced), that is the id's own cell; an id of an
+// empty part or of an empty cell reads nothing.
+func TestColdIndexWarmReadsHomeCells(t *testing.T) {
+	var x coldIndex
+	ids := []int64{}
+	idOf := func(ref uint32) int64 { return ids[ref] }
+	var a, b, emptyPart int64
+	for id := int64(1); a == 0 || b == 0 || emptyPart == 0; id++ {
+		switch part := idxHash(id) >> 56; {
+		case part == 7 && a == 0:
+			a = id
+		case part == 9 && b == 0:
+			b = id
+		case part == 11 && emptyPart == 0:
+			emptyPart = id
+		}
+	}
+	for _, id := range []int64{a, b} {
+		x.insert(id, uint32(len(ids)), idOf)
+		ids = append(ids, id)
+	}
+	cell := func(id int64) uint32 {
+		p, i, _ := x.find(id, idOf)
+		if i < 0 {
+			t.Fatalf("id %d not found", id)
+		}
+		return p.cells[i]
+	}
+	one := func(ids ...int64) uint32 { return x.warm(len(ids), func(i int) int64 { return ids[i] }) }
+	if got, want := one(a), cell(a); got != want || got == 0 {
+		t.Fatalf("warm(a) = %#x, want its cell %#x", got, want)
+	}
+	if got, want := one(a, b, emptyPart), cell(a)+cell(b); got != want {
+		t.Fatalf("warm(a, b, an id of an empty part) = %#x, want %#x", got, want)
+	}
+	absent := a + 1
+	for idxHash(absent)>>56 != 7 || idxHash(absent)&15 == idxHash(a)&15 {
+		absent++
+	}
+	if got := one(absent); got != 0 {
+		t.Fatalf("warm(an id whose home cell is empty) = %#x, want 0", got)
+	}
+	if got := one(); got != 0 {
+		t.Fatalf("warm() = %#x, want 0", got)
+	}
+}

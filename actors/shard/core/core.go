@@ -225,6 +225,7 @@ type Core struct {
 	packq    []int64        // candidates for packing at the end of the step
 	packBuf  []byte         // packing's scratch buffer
 	compiled compiledFor    // create → apply (commands.go)
+	warmSum  uint32         // what warming the cold index read (commands.go): kept so the reads stay
 	due      *wheel.Wheel   // next fire per job; payload = job id
 	runs     map[string]*run
 	bySeq    map[uint64]*run

@@ -83,6 +83,7 @@ func (r *CreateJobsReply) Expand(reqs []*CreateJob) ([]*JobReply, error) {
 		}
 		out[at] = r.Replies[k]
 	}
+	rs := make([]JobReply, n-len(r.FullAt)) // the stamped creates' replies, in one allocation (full_at ascends within n)
 	for i := range out {
 		if out[i] != nil {
 			continue
@@ -91,10 +92,16 @@ func (r *CreateJobsReply) Expand(reqs []*CreateJob) ([]*JobReply, error) {
 		if req == nil {
 			return nil, fmt.Errorf("create batch reply: create %d has no job and no full reply", i)
 		}
-		out[i] = &JobReply{Job: &Job{Id: req.Id, App: req.App, Handler: req.Handler, Params: req.Params,
+		if len(rs) == 0 { // a full reply that was nil: answered by its stamp too
+			rs = make([]JobReply, 1)
+		}
+		rep := &rs[0]
+		rs = rs[1:]
+		rep.Job = &Job{Id: req.Id, App: req.App, Handler: req.Handler, Params: req.Params,
 			Schedule: req.Schedule, Policy: req.Policy, State: at(r.State, i), Version: at(r.Version, i),
 			CreatedMs: at(r.CreatedMs, i), UpdatedMs: at(r.UpdatedMs, i), NextDueMs: at(r.NextDueMs, i),
-			Runs: at(r.Runs, i), LastDueMs: at(r.LastDueMs, i), LastFinishMs: at(r.LastFinishMs, i)}}
+			Runs: at(r.Runs, i), LastDueMs: at(r.LastDueMs, i), LastFinishMs: at(r.LastFinishMs, i)}
+		out[i] = rep
 	}
 	return out, nil
 }

@@ -117,6 +117,12 @@ func TestExpandChecksTheForm(t *testing.T) {
 			t.Errorf("%v: error %v, want one saying %q", c.r, err, c.want)
 		}
 	}
+	// A full reply that is nil (a shard does not send one) leaves its create to the
+	// stamp, as if it had none: no panic, however few creates are left to stamp.
+	got, err := (&CreateJobsReply{Replies: []*JobReply{nil, nil}, FullAt: []int32{0, 1}, Version: []int64{3, 4}}).Expand(reqs)
+	if err != nil || len(got) != 2 || got[0].GetJob().GetId() != 1 || got[1].GetJob().GetVersion() != 4 {
+		t.Errorf("nil full replies: %v, %v", got, err)
+	}
 	if _, err := (&CreateJobsReply{Version: []int64{1, 1}}).Expand([]*CreateJob{{}, {Job: &Job{Id: 2}}}); err == nil ||
 		!strings.Contains(err.Error(), "create 0 has no job") {
 		t.Errorf("a stamp for an empty create: %v", err)

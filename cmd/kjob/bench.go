@@ -581,15 +581,10 @@ func (e *benchEnv) job(atMs int64, p []byte) *messages.Job {
 
 // params is the job's index in decimal, padded to size bytes (at least the digits).
 func benchParams(i, size int) []byte {
-	s := strconv.Itoa(i)
-	if len(s) >= size {
-		return []byte(s)
+	b := strconv.AppendInt(make([]byte, 0, max(size, 20)), int64(i), 10) // one allocation, as the Asynq side's payload
+	for len(b) < size {
+		b = append(b, ' ')
 	}
-	b := make([]byte, size)
-	for k := range b {
-		b[k] = ' '
-	}
-	copy(b, s)
 	return b
 }
 

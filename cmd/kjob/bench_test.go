@@ -147,3 +147,21 @@ func TestBenchBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A job's params are its index in decimal, padded with spaces to the params size
+// (never cut), and read back as that index.
+func TestBenchParams(t *testing.T) {
+	for _, c := range []struct {
+		i, size int
+		want    string
+	}{{0, 16, "0               "}, {1234567, 16, "1234567         "}, {123, 0, "123"}, {123456, 3, "123456"},
+		{-5, 4, "-5  "}, {1<<62 + 1, 24, "4611686018427387905     "}} {
+		got := benchParams(c.i, c.size)
+		if string(got) != c.want {
+			t.Errorf("benchParams(%d, %d) = %q, want %q", c.i, c.size, got, c.want)
+		}
+		if i, ok := benchParamsIndex(got); !ok || i != c.i {
+			t.Errorf("benchParamsIndex(%q) = %d, %v; want %d", got, i, ok, c.i)
+		}
+	}
+}

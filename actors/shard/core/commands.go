@@ -59,12 +59,13 @@ func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env)
 		// Each create as if it came alone; one reply, behind all their records.
 		out := &messages.CreateJobsReply{Replies: make([]*messages.JobReply, len(b.Jobs))}
 		c.warmSum += c.cold.idx.warm(len(b.Jobs), func(i int) int64 { return b.Jobs[i].GetJob().GetId() })
+		rs := make([]messages.JobReply, len(b.Jobs)) // the replies in one allocation: most go no further than Lean
 		for i, x := range b.Jobs {
 			if x == nil {
 				out.Replies[i] = &messages.JobReply{Error: kerr.Invalid("jobs", "create %d of the batch is empty", i)}
 				continue
 			}
-			out.Replies[i] = c.command(x, nowMs).(*messages.JobReply)
+			out.Replies[i] = c.commandInto(x, nowMs, &rs[i]).(*messages.JobReply)
 		}
 		if b.LeanReplies {
 			out = messages.Lean(b.Jobs, out.Replies)
@@ -100,6 +101,12 @@ func errorReply(m proto.Message, e *messages.Error) proto.Message {
 }
 
 func (c *Core) command(m proto.Message, nowMs int64) proto.Message {
+	return c.commandInto(m, nowMs, nil)
+}
+
+// commandInto is command, a create's reply written to r when r is not nil (a
+// batch's, allocated together).
+func (c *Core) commandInto(m proto.Message, nowMs int64, r *messages.JobReply) proto.Message {
 	c.reqID = requestID(m)
 	defer func() { c.reqID = 0 }()
 	if s, ok := c.reqs.has(c.reqID); c.reqID != 0 && ok {
@@ -107,8 +114,11 @@ func (c *Core) command(m proto.Message, nowMs int64) proto.Message {
 	}
 	switch x := m.(type) {
 	case *messages.CreateJob:
-		j, e := c.create(x.Job, nowMs)
-		return &messages.JobReply{Error: e, Job: j}
+		if r == nil {
+			r = &messages.JobReply{}
+		}
+		r.Job, r.Error = c.create(x.Job, nowMs)
+		return r
 	case *messages.UpdateJob:
 		j, e := c.update(x.Job, nowMs)
 		return &messages.JobReply{Error: e, Job: j}

@@ -168,7 +168,8 @@ type results struct {
 	createAlways     *createRun
 	highShipped      *createRun
 	highAlways       *createRun
-	rounds           []createPair // durable create at c.concurrency, kjob then Asynq (always); the first is the main runs'
+	rounds           []createPair    // durable create at c.concurrency, kjob then Asynq (always); the first is the main runs'
+	settled          []time.Duration // waits for Redis's background save or rewrite before each timed create after Redis started
 	fireDefault      *fireRun
 	fireTuned        *fireRun
 	fireTunedAlways  *fireRun
@@ -279,6 +280,16 @@ func runAsynq(ctx context.Context, c config, r *results, bin string) error {
 	logf("redis %s on %s (%s)", rs.version, rs.addr, r.redisShipped)
 	r.phase("redis start", t0)
 
+	// settle waits for Redis to finish a background save or rewrite before a timed
+	// create round of either side, and says so when it waited.
+	settle := func(before string) error {
+		w, err := rs.settle(ctx)
+		if w >= 50*time.Millisecond {
+			logf("waited %.1f s for redis's background save or rewrite before %s", w.Seconds(), before)
+		}
+		r.settled = append(r.settled, w)
+		return err
+	}
 	// create runs Asynq's create scenario on an emptied Redis with conc in flight
 	// (the phase named "<redis>, <conc> in flight" when conc is not c.concurrency).
 	create := func(redis string, conc int) (*createRun, error) {
@@ -287,6 +298,9 @@ func runAsynq(ctx context.Context, c config, r *results, bin string) error {
 			redis += fmt.Sprintf(", %d in flight", conc)
 		}
 		if err := rs.reset(ctx); err != nil {
+			return nil, err
+		}
+		if err := settle("asynq create, " + redis); err != nil {
 			return nil, err
 		}
 		cr, err := asynqCreate(ctx, rs.addr, c.createN, conc, c.paramsBytes, "asynq create ("+redis+")", rs.cpu)
@@ -351,6 +365,9 @@ func runAsynq(ctx context.Context, c config, r *results, bin string) error {
 	// on a machine whose speed drifts.
 	r.rounds = []createPair{{kjob: r.kjob.Create, asynq: r.createAlways}}
 	for i := 2; i <= c.rounds; i++ {
+		if err := settle(fmt.Sprintf("create round %d: kjob", i)); err != nil {
+			return err
+		}
 		t0 := time.Now()
 		k, err := runKjobCreate(ctx, bin, c, c.concurrency)
 		if err != nil {
@@ -680,8 +697,12 @@ func markdown(c config, r *results) string {
 			rs = append(rs, fmt.Sprintf("%d. %s against %s acks/s, %s (CPU per create %s against %s)", i+1, fmtNum(p.kjob.AcksPerSec), fmtNum(p.asynq.AcksPerSec), fmtRatio(p.ratio()),
 				fmtCPU(p.kjob), fmtCPU(p.asynq)))
 		}
-		w("\nDurable create at %d in flight, round by round (kjob, then Asynq with appendfsync always; the first round is the main runs', the others a kjob create on a fresh node and an Asynq create on the emptied Redis, after the fire runs): %s.\n",
-			c.concurrency, strings.Join(rs, "; "))
+		var waits []string
+		for _, d := range r.settled {
+			waits = append(waits, fmt.Sprintf("%.1f", d.Seconds()))
+		}
+		w("\nDurable create at %d in flight, round by round (kjob, then Asynq with appendfsync always; the first round is the main runs', the others a kjob create on a fresh node and an Asynq create on the emptied Redis, after the fire runs; before each timed create of either side Redis first finished any background save or AOF rewrite, waits of %s s): %s.\n",
+			c.concurrency, strings.Join(waits, " / "), strings.Join(rs, "; "))
 	}
 	w("\n### References (same machine, same run)\n\n")
 	w("| reference | figure |\n|---|---|\n")

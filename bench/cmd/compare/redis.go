@@ -182,6 +182,29 @@ func (s *redisServer) appendfsyncAlways(ctx context.Context) error {
 	return nil
 }
 
+// settle waits while Redis has a child at work: a background RDB save (the shipped
+// save points start one after 10,000 changes in 60 s, so after every create or
+// fire run here) or an AOF rewrite (the AOF doubling past 64 MiB starts one). Such
+// a child forks the dataset and writes it out, CPU and disk the run after it would
+// share with it; a round is timed on a Redis at rest, whichever side it is.
+// It reports how long it waited.
+func (s *redisServer) settle(ctx context.Context) (time.Duration, error) {
+	t0 := time.Now()
+	deadline := t0.Add(redisRewriteTimeout)
+	for s.info(ctx, "persistence", "rdb_bgsave_in_progress") == "1" || s.info(ctx, "persistence", "aof_rewrite_in_progress") == "1" ||
+		s.info(ctx, "persistence", "aof_rewrite_scheduled") == "1" {
+		if time.Now().After(deadline) {
+			return time.Since(t0), errors.New("redis: a background save or AOF rewrite did not finish")
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(t0), ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return time.Since(t0), nil
+}
+
 // cpu is the CPU time redis-server has used, all its threads (the scheduler's
 // per-thread run time, /proc/<pid>/task/*/schedstat); false for a Redis this
 // program did not start.

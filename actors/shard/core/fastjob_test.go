@@ -14,15 +14,21 @@ import (
 	"github.com/kjob/kjob/persistence"
 )
 
+// randBytes is n random bytes.
+func randBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.IntN(256))
+	}
+	return b
+}
+
 func randJobForDecode(rng *rand.Rand) *messages.Job {
 	j := &messages.Job{Id: rng.Int64(), App: "app", Handler: "h" + string(rune('a'+rng.IntN(26))),
 		State: messages.JobState(rng.IntN(4)), Version: rng.Int64N(10), CreatedMs: rng.Int64(), UpdatedMs: -rng.Int64N(5),
 		NextDueMs: rng.Int64N(1 << 50), Runs: rng.Int64N(3), LastDueMs: rng.Int64N(9), LastFinishMs: rng.Int64N(9), RequestId: rng.Int64()}
 	if rng.IntN(3) > 0 {
-		j.Params = make([]byte, rng.IntN(40))
-		for i := range j.Params {
-			j.Params[i] = byte(rng.IntN(256))
-		}
+		j.Params = randBytes(rng, rng.IntN(40))
 	}
 	switch rng.IntN(4) {
 	case 0:

@@ -50,10 +50,7 @@ func randJobForEncode(rng *rand.Rand) *messages.Job {
 	case 1:
 		j.Params = []byte{}
 	default:
-		j.Params = make([]byte, rng.IntN(300))
-		for i := range j.Params {
-			j.Params[i] = byte(rng.IntN(256))
-		}
+		j.Params = randBytes(rng, rng.IntN(300))
 	}
 	switch rng.IntN(4) {
 	case 0:

@@ -57,6 +57,7 @@ type nodeMetrics struct {
 	journalRecords  prometheus.Counter
 	journalErrors   prometheus.Counter
 	journalLazy     prometheus.Histogram
+	journalMsync    prometheus.Histogram
 	snapshotSeconds prometheus.Histogram
 	snapshotBytes   prometheus.Counter
 
@@ -94,6 +95,8 @@ func newMetrics(n *Node) *nodeMetrics {
 		journalErrors:  f.counter("kjob_journal_append_errors_total", "Journal appends or syncs that failed (each is fatal for the shard)."),
 		journalLazy: f.histogram("kjob_journal_lazy_sync_seconds",
 			"Time from a shard's lazy journal append (results' acks, armed fires: NodeConfig.LazySyncMs) until it was durable: its allowed wait, shared with the next sync, plus that sync.", durableBuckets),
+		journalMsync: f.histogram("kjob_journal_msync_seconds",
+			"Time one group commit's msync took (the disk's flush; a record waits for the sync in progress and then its own: kjob_journal_sync_seconds).", durableBuckets),
 		snapshotSeconds: f.histogram("kjob_journal_snapshot_seconds",
 			"Time a shard snapshot took to write (temporary file, fsync, rename).", snapshotBuckets),
 		snapshotBytes: f.counter("kjob_journal_snapshot_bytes_total", "Bytes of shard snapshots written."),

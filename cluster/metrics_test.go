@@ -106,6 +106,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 		{"kjob_journal_appended_bytes_total", nil, 3 * runs * persistence.RecordHeaderSize, 0},
 		{"kjob_journal_append_errors_total", nil, 0, 0},
 		{"kjob_journal_syncs_total", nil, 1, 0},
+		{"kjob_journal_msync_seconds", nil, 1, 0},
 		{"kjob_journal_durable_lsn", nil, 3 * runs, 0},
 		{"kjob_route_table_version", nil, 1, 0},
 		{"kjob_route_table_updates_total", nil, 1, 0},

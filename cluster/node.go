@@ -76,6 +76,11 @@ type NodeConfig struct {
 	// to ride on another sync (shardcore.Config.LazySyncMs): 0 =
 	// shardcore.DefaultLazySyncMs, negative = none (every step syncs at once).
 	LazySyncMs int64
+	// OnJournalSync, if set, is told how long each of the journal's group commits
+	// took to sync and when it ended (persistence.Options.OnSync), on the
+	// journal's flusher: it must return quickly. kjob bench reads the disk's
+	// share of fire lateness from it.
+	OnJournalSync func(took time.Duration, at time.Time)
 }
 
 // Node is a running kjob server.
@@ -171,8 +176,15 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	var recovered []server.Recovered
 	recDone := make(chan error, 1)
 	go func() {
+		msync, onSync := n.metrics.journalMsync, cfg.OnJournalSync
 		j, err := persistence.Open(persistence.Options{Dir: cfg.DataDir, Sync: cfg.Sync,
-			SegmentSizeBytes: cfg.SegmentSizeBytes, Logger: cfg.Log, AfterFunc: shard.AfterFunc})
+			SegmentSizeBytes: cfg.SegmentSizeBytes, Logger: cfg.Log, AfterFunc: shard.AfterFunc,
+			OnSync: func(took time.Duration, at time.Time) {
+				msync.Observe(took.Seconds())
+				if onSync != nil {
+					onSync(took, at)
+				}
+			}})
 		if err != nil {
 			recDone <- fmt.Errorf("open journal in %s: %w", cfg.DataDir, err)
 			return

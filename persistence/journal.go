@@ -66,6 +66,11 @@ type Options struct {
 	// time.AfterFunc. A node gives it the shards' precise alarm clock, since an
 	// idle Go runtime wakes its timers up to a millisecond late.
 	AfterFunc func(d time.Duration, fn func()) interface{ Stop() bool }
+	// OnSync, if set, is told how long each group commit's syncs took (the
+	// msyncs of its segments, and a directory fsync when a segment was new),
+	// when they ended, on the flusher's goroutine: it must return quickly. A
+	// failed sync is not reported here (the journal stops; Err says why).
+	OnSync func(took time.Duration, at time.Time)
 
 	backend    backend // tests and benchmarks only
 	noZeroFill bool    // tests only: segments only fallocated, as a rollover that finds no spare makes them
@@ -767,6 +772,10 @@ func (j *Journal) flush() {
 	var err error
 	if j.opts.Sync != SyncNone {
 		synced := false
+		var t0 time.Time
+		if j.opts.OnSync != nil {
+			t0 = time.Now()
+		}
 		for _, jb := range jobs {
 			synced = synced || jb.to > jb.from || jb.dir
 			if jb.to > jb.from {
@@ -782,6 +791,10 @@ func (j *Journal) flush() {
 		}
 		if synced {
 			j.syncs.Add(1)
+			if j.opts.OnSync != nil && err == nil {
+				now := time.Now()
+				j.opts.OnSync(now.Sub(t0), now)
+			}
 		}
 	}
 	if err != nil {

@@ -775,3 +775,58 @@ func TestLazyTimerIsOptionsAfterFunc(t *testing.T) {
 		t.Fatal("the journal did not use Options.AfterFunc for the lazy deadline")
 	}
 }
+
+// OnSync hears of every group commit that synced, with how long its syncs took,
+// and of none that failed or that the policy skipped.
+func TestOnSyncTimesEverySync(t *testing.T) {
+	type call struct {
+		took time.Duration
+		at   time.Time
+	}
+	var mu sync.Mutex
+	var calls []call
+	onSync := func(took time.Duration, at time.Time) {
+		mu.Lock()
+		calls = append(calls, call{took, at})
+		mu.Unlock()
+	}
+	j := openT(t, Options{Dir: t.TempDir(), OnSync: onSync})
+	const slow = 30 * time.Millisecond
+	j.mu.Lock()
+	j.syncRange = func(s *segment, from, to int) error { time.Sleep(slow); return s.sync(from, to) }
+	j.mu.Unlock()
+	before := time.Now()
+	appendN(t, j, 3, 1, 8) // one at a time: three syncs
+	mu.Lock()
+	got := slices.Clone(calls)
+	mu.Unlock()
+	if uint64(len(got)) != j.Syncs() || len(got) < 3 {
+		t.Fatalf("%d OnSync calls for %d syncs", len(got), j.Syncs())
+	}
+	for i, c := range got {
+		if c.took < slow || c.took > time.Since(before) || c.at.Before(before.Add(c.took)) || c.at.After(time.Now()) {
+			t.Errorf("call %d: took %v at %v (syncs sleep %v; started %v)", i, c.took, c.at, slow, before)
+		}
+	}
+	boom := errors.New("EIO")
+	j.mu.Lock()
+	j.syncRange = func(*segment, int, int) error { return boom }
+	j.mu.Unlock()
+	if _, err := j.AppendWait(context.Background(), Entry{Type: 1}); !errors.Is(err, boom) {
+		t.Fatalf("append on a failing disk: %v", err)
+	}
+	mu.Lock()
+	if len(calls) != len(got) {
+		t.Errorf("a failed sync was reported: %d calls after it, %d before", len(calls), len(got))
+	}
+	mu.Unlock()
+	_ = j.Close()
+
+	calls = nil
+	j = openT(t, Options{Dir: t.TempDir(), Sync: SyncNone, OnSync: onSync})
+	appendN(t, j, 3, 1, 8)
+	closeT(t, j)
+	if len(calls) != 0 {
+		t.Errorf("SyncNone: %d OnSync calls", len(calls))
+	}
+}

@@ -82,12 +82,13 @@ type benchOpts struct {
 	paramsBytes int
 	capacity    int // worker pool size (0 = the worker's default)
 	sync        persistence.SyncPolicy
-	servers     []string // a running cluster; nil = embedded nodes
-	dataDir     string   // parent of the embedded nodes' data directories ("" = a temp dir)
-	latencyOut  string   // file for the raw fire lateness samples (ns, one per line)
-	armMs       int64    // embedded nodes' --arm-ms (0 = none)
-	lazyMs      int64    // embedded nodes' --lazy-sync-ms (0 = none)
-	memProfile  string   // heap profile, written when the memory scenario measures (else at the end)
+	servers     []string    // a running cluster; nil = embedded nodes
+	dataDir     string      // parent of the embedded nodes' data directories ("" = a temp dir)
+	latencyOut  string      // file for the raw fire lateness samples (ns, one per line)
+	armMs       int64       // embedded nodes' --arm-ms (0 = none)
+	lazyMs      int64       // embedded nodes' --lazy-sync-ms (0 = none)
+	memProfile  string      // heap profile, written when the memory scenario measures (else at the end)
+	syncs       *benchSyncs // the embedded nodes' journal syncs (nil with --servers)
 	progress    io.Writer
 	log         *slog.Logger
 }
@@ -166,7 +167,18 @@ type BenchFire struct {
 	FiresPerSec      float64   `json:"fires_per_sec"`
 	FiresPerSecMax   float64   `json:"fires_per_sec_max_1s"`
 	CreateErrors     int       `json:"create_errors"`
+	// The embedded node's journal syncs (msyncs) that ended in the window (from a
+	// second before the first due until the last fire): a dispatch leaves only once
+	// its record is durable, so a sync longer than the arming lead (--arm-ms)
+	// makes the fires due meanwhile late by about its excess. Absent with --servers.
+	JournalSync      *BenchDist `json:"journal_sync,omitempty"`
+	JournalSlowSyncs int        `json:"journal_syncs_over_5ms"`
+	JournalSyncCut   bool       `json:"journal_syncs_cut,omitempty"` // more syncs than kept: some are missing
 }
+
+// benchSlowSync is the sync time the fire report counts as slow: the default arming
+// lead (shardcore.DefaultArmMs), past which a sync delays the fires behind it.
+const benchSlowSync = 5 * time.Millisecond
 
 // BenchRecover is the recover scenario: restart a node holding N pending jobs.
 type BenchRecover struct {
@@ -381,6 +393,8 @@ func runBench(ctx context.Context, o benchOpts) (*BenchReport, error) {
 		GoVersion: runtime.Version(), Mode: "embedded", Sync: o.sync.String()}
 	if o.servers != nil {
 		rep.Mode, rep.Sync = "servers", "(the cluster's)"
+	} else {
+		o.syncs = &benchSyncs{}
 	}
 	parent := o.dataDir
 	if parent == "" {
@@ -493,7 +507,8 @@ func (e *benchEnv) close() {
 
 // benchStartNode starts an embedded node in dir and waits until it serves.
 func benchStartNode(ctx context.Context, o benchOpts, dir, listen string) (*cluster.Node, error) {
-	n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, DataDir: dir, Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs), LazySyncMs: armFlag(o.lazyMs)})
+	n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, DataDir: dir, Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs), LazySyncMs: armFlag(o.lazyMs),
+		OnJournalSync: o.syncs.add})
 	if err != nil {
 		return nil, err
 	}
@@ -509,6 +524,51 @@ func benchStartNode(ctx context.Context, o benchOpts, dir, listen string) (*clus
 			return nil, fmt.Errorf("node not ready after %s: %w", benchReadyTimeout, err)
 		}
 	}
+}
+
+// benchSyncs keeps how long each of the embedded nodes' journal syncs took and
+// when it ended, so that a scenario can say what the disk did in its window: a
+// fire whose record is not yet durable at its due waits for the sync.
+type benchSyncs struct {
+	mu  sync.Mutex
+	at  []int64 // Unix ns the sync ended
+	ns  []int64 // how long it took
+	cut int     // syncs not kept: past benchSyncsMax
+}
+
+// benchSyncsMax bounds the memory of benchSyncs: 24 MiB, over an hour of this
+// machine's syncs at their busiest.
+const benchSyncsMax = 1 << 20
+
+// add is the nodes' NodeConfig.OnJournalSync (a nil b keeps nothing).
+func (b *benchSyncs) add(took time.Duration, at time.Time) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	if len(b.at) < benchSyncsMax {
+		b.at, b.ns = append(b.at, at.UnixNano()), append(b.ns, int64(took))
+	} else {
+		b.cut++
+	}
+	b.mu.Unlock()
+}
+
+// between are the durations of the syncs that ended in [from, to], and whether
+// some may be missing (more syncs than benchSyncsMax).
+func (b *benchSyncs) between(from, to time.Time) (ns []int64, cut bool) {
+	if b == nil {
+		return nil, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	lo, hi := from.UnixNano(), to.UnixNano()
+	for i, at := range b.at {
+		if at >= lo && at <= hi {
+			ns = append(ns, b.ns[i])
+		}
+	}
+	return ns, b.cut > 0
 }
 
 func benchSleep(ctx context.Context, d time.Duration) error {
@@ -777,6 +837,7 @@ func benchFire(ctx context.Context, o benchOpts, e *benchEnv) (*BenchFire, error
 			break
 		}
 	}
+	windowEnd := time.Now()
 	time.Sleep(200 * time.Millisecond) // a duplicate would show up now
 	rec.p.Store(nil)
 	p.finish()
@@ -805,6 +866,17 @@ func benchFire(ctx context.Context, o benchOpts, e *benchEnv) (*BenchFire, error
 	res.Lateness = benchDist(lates)
 	res.ShardLateness, res.DeliveryLateness = benchDist(shardLates), benchDist(deliveries)
 	res.FiresPerSec, res.FiresPerSecMax = benchFireRates(starts)
+	// The window's syncs: from the first fire's arming (ArmMs before its due, at
+	// most a second) until the last fire (or the wait's end).
+	if syncs, cut := o.syncs.between(time.UnixMilli(firstDue).Add(-time.Second), windowEnd); len(syncs) > 0 {
+		d := benchDist(syncs)
+		res.JournalSync, res.JournalSyncCut = &d, cut
+		for _, ns := range syncs {
+			if ns > int64(benchSlowSync) {
+				res.JournalSlowSyncs++
+			}
+		}
+	}
 	if o.latencyOut != "" {
 		if err := benchWriteSamples(o.latencyOut, lates); err != nil {
 			return res, err
@@ -1176,6 +1248,14 @@ func printBench(w io.Writer, r *BenchReport) {
 		row(s, "lateness p50 / p99 / p999 / max", fmt.Sprintf("%.2f / %.2f / %.2f / %.2f ms", f.Lateness.P50Ms, f.Lateness.P99Ms, f.Lateness.P999Ms, f.Lateness.MaxMs))
 		row(s, "  of which due -> shard's send p50 / p99 / max", fmt.Sprintf("%.0f / %.0f / %.0f ms (whole ms)", f.ShardLateness.P50Ms, f.ShardLateness.P99Ms, f.ShardLateness.MaxMs))
 		row(s, "  and shard's send -> handler start p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f ms", f.DeliveryLateness.P50Ms, f.DeliveryLateness.P99Ms, f.DeliveryLateness.MaxMs))
+		if j := f.JournalSync; j != nil {
+			cut := ""
+			if f.JournalSyncCut {
+				cut = "; some not kept"
+			}
+			row(s, "  the journal's msyncs in the window p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f ms (%d syncs, %d over %s%s)",
+				j.P50Ms, j.P99Ms, j.MaxMs, j.N, f.JournalSlowSyncs, benchSlowSync, cut))
+		}
 		row(s, "fires/s sustained (peak 1 s)", fmt.Sprintf("%s (%s)", benchNum(f.FiresPerSec), benchNum(f.FiresPerSecMax)))
 		row(s, "fired / missing / duplicate / early / retried", fmt.Sprintf("%d / %d / %d / %d / %d", f.Fired, f.Missing, f.Duplicates, f.Early, f.Retried))
 		row(s, "created after due (of N)", strconv.Itoa(f.CreatedLate))

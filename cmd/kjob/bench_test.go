@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBenchShort runs every `kjob bench` scenario in short mode as a correctness
@@ -74,6 +76,11 @@ func TestBenchShort(t *testing.T) {
 	if f.Lateness.N != shortFireN || f.FiresPerSec <= 0 {
 		t.Errorf("fire: lateness %+v, fires/s %.0f", f.Lateness, f.FiresPerSec)
 	}
+	// The fires' records were synced in the window, each sync taking some time.
+	if j := f.JournalSync; j == nil || j.N == 0 || j.MinMs <= 0 || !(j.P50Ms <= j.P99Ms && j.P99Ms <= j.MaxMs) ||
+		f.JournalSlowSyncs > j.N || f.JournalSyncCut {
+		t.Errorf("fire: the journal's syncs in the window %+v (%d slow, cut %v)", j, f.JournalSlowSyncs, f.JournalSyncCut)
+	}
 	b, err := os.ReadFile(late)
 	if err != nil {
 		t.Fatal(err)
@@ -103,6 +110,30 @@ func TestBenchShort(t *testing.T) {
 	// The bar went to stderr, the table or JSON to stdout.
 	if !strings.Contains(errOut.String(), "\r") || strings.Contains(out.String(), "\r") {
 		t.Errorf("progress bar must be on stderr only")
+	}
+}
+
+// benchSyncs keeps the syncs that end in a window, bounds, and says when it
+// stopped keeping them.
+func TestBenchSyncsWindow(t *testing.T) {
+	var none *benchSyncs
+	none.add(time.Millisecond, time.Now()) // --servers: nothing kept
+	if ns, cut := none.between(time.Time{}, time.Now()); ns != nil || cut {
+		t.Errorf("nil benchSyncs: %v %v", ns, cut)
+	}
+	b := &benchSyncs{}
+	t0 := time.Unix(1000, 0)
+	for i := range 10 {
+		b.add(time.Duration(i+1)*time.Millisecond, t0.Add(time.Duration(i)*time.Second))
+	}
+	ns, cut := b.between(t0.Add(2*time.Second), t0.Add(4*time.Second))
+	if !slices.Equal(ns, []int64{3e6, 4e6, 5e6}) || cut {
+		t.Errorf("syncs in [2 s, 4 s]: %v (cut %v), want 3, 4 and 5 ms", ns, cut)
+	}
+	b.at, b.ns = make([]int64, benchSyncsMax), make([]int64, benchSyncsMax)
+	b.add(time.Millisecond, t0)
+	if _, cut := b.between(t0, t0); !cut || len(b.at) != benchSyncsMax {
+		t.Errorf("past benchSyncsMax: cut %v, %d kept", cut, len(b.at))
 	}
 }
 

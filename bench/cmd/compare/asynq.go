@@ -50,7 +50,11 @@ type fireRun struct {
 	Lateness       dist    `json:"lateness"`
 	FiresPerSec    float64 `json:"fires_per_sec"`
 	FiresPerSecMax float64 `json:"fires_per_sec_max_1s"`
-	samples        []int64
+	// kjob only: its journal's msyncs in the fire window (a dispatch leaves once
+	// its record is durable: a sync longer than the 5 ms arming lead makes fires late).
+	JournalSync      *dist `json:"journal_sync,omitempty"`
+	JournalSlowSyncs int   `json:"journal_syncs_over_5ms"`
+	samples          []int64
 }
 
 // asynqPayload is the job index and its due time (unix ns), padded to at least

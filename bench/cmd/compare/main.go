@@ -721,6 +721,10 @@ func markdown(c config, r *results) string {
 	w("| recover | StartNode again on an empty journal (a restart), the fixed part (same run) | %.2f s |\n", rv.EmptyStartSeconds)
 	w("| recover | pending jobs per second of recovery: to serving / StartNode / StartNode net of the empty start | %s / %s / %s |\n",
 		fmtNum(rv.JobsPerSec), fmtNum(rv.ReplayJobsPerSec), fmtNum(rv.NetReplayJobsPerSec))
+	if j := kf.JournalSync; j != nil {
+		w("| fire | the journal's msyncs while the fires were due (each fire's record must be durable before it goes; a shard journals it 5 ms ahead): p50 / p99 / max, and those over 5 ms | %s / %s / %s (%s of %s) |\n",
+			fmtMs(j.P50Ms), fmtMs(j.P99Ms), fmtMs(j.MaxMs), fmtNum(float64(kf.JournalSlowSyncs)), fmtNum(float64(j.N)))
+	}
 	w("| memory | VmRSS per pending one-shot job at %s jobs (anon + file-backed journal pages) | %.0f B (%.0f + %.0f) |\n", fmtNum(float64(mm.Pending)), mm.BytesPerJob, mm.AnonBytesPerJob, mm.FileBytesPerJob)
 	w("| memory | Go heap per pending job | %.0f B |\n", mm.HeapBytesPerJob)
 
@@ -751,8 +755,11 @@ func markdown(c config, r *results) string {
 			fmtRatio(better(kh.AcksPerSec, ha.AcksPerSec, true)), fmtNum(float64(c.high)))
 	}
 	target(rc >= 5, "create ≥ 5× Asynq with appendfsync always", got)
-	target(kf.Lateness.P99Ms < 5 && kf.FiresPerSec >= 0.95*float64(c.fireRate) && c.fireRate >= 20_000, "fire p99 < 5 ms at 20,000 fires/s",
-		fmt.Sprintf("p99 %s at %s fires/s sustained", fmtMs(kf.Lateness.P99Ms), fmtNum(kf.FiresPerSec)))
+	fireGot := fmt.Sprintf("p99 %s at %s fires/s sustained", fmtMs(kf.Lateness.P99Ms), fmtNum(kf.FiresPerSec))
+	if j := kf.JournalSync; j != nil {
+		fireGot += fmt.Sprintf(" (the journal's slowest msync meanwhile %s; %s of %s over 5 ms)", fmtMs(j.MaxMs), fmtNum(float64(kf.JournalSlowSyncs)), fmtNum(float64(j.N)))
+	}
+	target(kf.Lateness.P99Ms < 5 && kf.FiresPerSec >= 0.95*float64(c.fireRate) && c.fireRate >= 20_000, "fire p99 < 5 ms at 20,000 fires/s", fireGot)
 	rd := better(kf.Lateness.P99Ms, r.fireDefault.Lateness.P99Ms, false)
 	target(rd >= 100, "fire p99 ≥ 100× lower than Asynq default", fmtRatio(rd))
 	rt := better(kf.Lateness.P99Ms, r.fireTuned.Lateness.P99Ms, false)

@@ -262,3 +262,20 @@ func (h *timerHeap) Pop() any {
 	*h = old[:n-1]
 	return it
 }
+
+// BenchmarkAddOneDue adds 1,000,000 timers all due at one time an hour away (a
+// campaign: "remind everyone at nine"), into one bucket, and reports the slowest
+// single Add: a bucket that grew by copying stood still for tens of ms there.
+func BenchmarkAddOneDue(b *testing.B) {
+	var worst time.Duration
+	for b.Loop() {
+		w := New(originMs)
+		for i := range outstandingTimers {
+			t0 := time.Now()
+			w.Add(originMs+hourMs, uint64(i))
+			worst = max(worst, time.Since(t0))
+		}
+	}
+	b.ReportMetric(float64(worst.Microseconds()), "max-µs/add")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*outstandingTimers), "ns/add")
+}

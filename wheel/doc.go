@@ -51,7 +51,10 @@
 // slab index, the low 32 bits of its key and its payload; the entry records
 // its position in that array, so Cancel and Reschedule find their element
 // in O(1) and leave a tombstone (the newest element is simply dropped). A
-// slot whose tombstones outnumber its live elements is compacted. The kept
+// slot whose tombstones outnumber its live elements is compacted. The array
+// is kept in blocks of 4096 elements past its first 4096 (elems.go), so a
+// slot of millions (a campaign due at one time) grows without copying: a
+// single copy of such an array into fresh memory held one Add for 70 ms. The kept
 // key bits let a cascade place elements, and NextDue find a slot's minimum,
 // without reading the entries, which lie at random places in the slab.
 //
@@ -96,9 +99,10 @@
 //
 // # Complexity
 //
-// Add, Cancel, Reschedule, Get, Len and Now are O(1) (amortized: an
-// occasional array growth or compaction is linear in one slot, paid for by
-// the insertions or cancellations that made it necessary). NextDue is O(1),
+// Add, Cancel, Reschedule, Get, Len and Now are O(1) (amortized: a growth
+// of a slot's first block, at most 4096 elements, or a compaction is linear
+// in one slot, paid for by the insertions or cancellations that made it
+// necessary). NextDue is O(1),
 // plus one scan of one slot's elements when that slot's cached minimum was
 // cancelled or moved since it was last computed. Advance costs O(1) per
 // occupied slot it reaches and per entry it fires, plus O(1) per cascade of
@@ -114,13 +118,14 @@
 // # Memory
 //
 // 16 bytes per entry in the slab, plus 16 bytes per element in the slot
-// arrays (and their growth slack): about 33 bytes per pending timer. The slab
+// arrays (and their growth slack, at most a block past the first):
+// about 33 bytes per pending timer. The slab
 // never shrinks: its size is the largest number of entries ever pending,
 // and the list of spent entries holds 4 bytes for each entry fired and not
 // reused yet (given back once it empties, if it grew past 16 KiB).
 // Slot arrays follow the pending entries: a slot emptied by firing or
-// cascading gives a large array back. Fixed state is about 53 KiB per wheel,
-// plus up to 192 KiB for level 1, allocated 3 KiB (64 slots) at a time as
+// cascading gives a large array back. Fixed state is about 62 KiB per wheel,
+// plus up to 256 KiB for level 1, allocated 4 KiB (64 slots) at a time as
 // it is used, plus the level-1 cascade's position array: 4 bytes per
 // element of the level-1 slot cascaded last, kept up to 16 KiB, and given
 // back once level 0 is empty if larger.

@@ -28,7 +28,8 @@ func (w *Wheel) check() error {
 		}
 		live := 0
 		var minDue int64
-		for pos, el := range bk.els {
+		for pos := range bk.els.len() {
+			el := *bk.els.at(pos)
 			i := elIndex(el.kx)
 			if i == 0 {
 				continue
@@ -50,7 +51,7 @@ func (w *Wheel) check() error {
 				if b >= 64 || p >= len(w.moved) || int(w.moved[p]) != pos {
 					return fmt.Errorf("bucket %d: entry %d at %d says position %d (moved %d)", b, i, pos, p, len(w.moved))
 				}
-				if p < len(bk.els) && elIndex(bk.els[p].kx) == i {
+				if p < bk.els.len() && elIndex(bk.els.at(p).kx) == i {
 					return fmt.Errorf("bucket %d: entry %d at %d and %d", b, i, pos, p)
 				}
 				if j := movedFrom[p]; j != 0 {
@@ -87,10 +88,13 @@ func (w *Wheel) check() error {
 		if live != int(bk.live) {
 			return fmt.Errorf("bucket %d: %d live elements, count says %d", b, live, bk.live)
 		}
-		if (live == 0) != (len(bk.els) == 0) {
-			return fmt.Errorf("bucket %d: %d live in an array of %d", b, live, len(bk.els))
+		if (live == 0) != (bk.els.len() == 0) {
+			return fmt.Errorf("bucket %d: %d live in an array of %d", b, live, bk.els.len())
 		}
-		if dead := len(bk.els) - live; dead > live && dead >= compactSlack {
+		if err := bk.els.check(); err != nil {
+			return fmt.Errorf("bucket %d: %w", b, err)
+		}
+		if dead := bk.els.len() - live; dead > live && dead >= compactSlack {
 			return fmt.Errorf("bucket %d: %d tombstones for %d live: not compacted", b, dead, live)
 		}
 		if live > 0 && bk.minOK && bk.minDue != minDue {
@@ -147,6 +151,33 @@ func (w *Wheel) check() error {
 	}
 	if free+len(w.spent)+total != int(w.size)-1 {
 		return fmt.Errorf("free %d + spent %d + pending %d != slab entries %d", free, len(w.spent), total, w.size-1)
+	}
+	return nil
+}
+
+// check verifies the blocks: every one before the tail full, and the tail a
+// whole block when there are any.
+func (s *elems) check() error {
+	if s.full == nil {
+		if s.at0 != 0 {
+			return fmt.Errorf("no full blocks, the tail at %d", s.at0)
+		}
+		return nil
+	}
+	if s.base() != len(*s.full)<<blockBits {
+		return fmt.Errorf("%d full blocks, the tail at %d", len(*s.full), s.at0)
+	}
+	f := *s.full
+	if len(f) == 0 {
+		return fmt.Errorf("full blocks, none of them")
+	}
+	for k, b := range f {
+		if len(b) != 1<<blockBits {
+			return fmt.Errorf("block %d of %d full ones holds %d elements (a block: %d)", k, len(f), len(b), 1<<blockBits)
+		}
+	}
+	if cap(s.tail) < 1<<blockBits {
+		return fmt.Errorf("%d full blocks and a tail of room for %d", len(f), cap(s.tail))
 	}
 	return nil
 }

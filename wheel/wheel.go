@@ -148,7 +148,7 @@ type elem struct {
 
 // bucket is one list of entries in insertion order.
 type bucket struct {
-	els    []elem
+	els    elems
 	head   int32 // next position to fire (only moves while firing)
 	live   int32 // elements that are not tombstones
 	minDue int64 // exact earliest due of the live elements, if minOK
@@ -423,12 +423,12 @@ func (w *Wheel) push(b int32, i int32, e *entry, kind uint32, payload uint64) {
 	} else if e.due < bk.minDue {
 		bk.minDue = e.due // exact if minOK was, harmless if not
 	}
-	pos := len(bk.els)
+	pos := bk.els.len()
 	if pos > posMask {
 		panic("wheel: internal error: bucket position overflow")
 	}
 	e.loc = kind | uint32(pos)
-	bk.els = append(bk.els, element(key(e.due), i, payload))
+	bk.els.push(element(key(e.due), i, payload))
 	bk.live++
 }
 
@@ -459,9 +459,14 @@ func (w *Wheel) bucketOf(e *entry) int32 {
 func (w *Wheel) posOf(b, i int32, e *entry) int {
 	pos := int(e.loc & posMask)
 	if b < 64 {
-		if els := w.low[b].els; pos >= len(els) || elIndex(els[pos].kx) != i {
-			pos = int(w.moved[pos])
-		}
+		pos = w.lowPos(b, i, pos)
+	}
+	return pos
+}
+
+func (w *Wheel) lowPos(b, i int32, pos int) int {
+	if els := &w.low[b].els; pos >= els.len() || elIndex(els.at(pos).kx) != i {
+		pos = int(w.moved[pos])
 	}
 	return pos
 }
@@ -469,11 +474,7 @@ func (w *Wheel) posOf(b, i int32, e *entry) int {
 // emptied resets bucket b after its last live element left it.
 func (w *Wheel) emptied(b int32) {
 	bk := w.bucket(b)
-	if cap(bk.els) > keepCap {
-		bk.els = nil
-	} else {
-		bk.els = bk.els[:0]
-	}
+	bk.els.reset(keepCap)
 	bk.head, bk.live, bk.minOK = 0, 0, false
 	if b < numSlots {
 		w.vacate(b)
@@ -490,7 +491,7 @@ func (w *Wheel) remove(i int32, e *entry) (payload uint64) {
 	b := w.bucketOf(e)
 	pos := w.posOf(b, i, e)
 	bk := w.bucket(b)
-	payload = bk.els[pos].payload
+	payload = bk.els.at(pos).payload
 	live := bk.live - 1
 	if bk.live = live; live == 0 {
 		w.emptied(b)
@@ -499,14 +500,14 @@ func (w *Wheel) remove(i int32, e *entry) (payload uint64) {
 	if bk.minOK && e.due == bk.minDue {
 		bk.minOK = false
 	}
-	els, head := bk.els, int(bk.head)
-	n := len(els)
+	els, head := &bk.els, int(bk.head)
+	n := els.len()
 	if pos == n-1 { // trimmed with the tombstones before it
-		for n = pos; n > head && elIndex(els[n-1].kx) == 0; n-- {
+		for n = pos; n > head && elIndex(els.at(n-1).kx) == 0; n-- {
 		}
-		bk.els = els[:n]
+		els.truncate(n)
 	} else {
-		els[pos] = elem{}
+		*els.at(pos) = elem{}
 	}
 	// Either way live fell by one: the tombstones left may outnumber it.
 	if dead := n - head - int(live); dead > int(live) && dead >= compactSlack && b != w.firing {
@@ -519,21 +520,18 @@ func (w *Wheel) remove(i int32, e *entry) (payload uint64) {
 // keeping order, and shrinks its array if it is mostly empty. It stores
 // every live entry's new, exact position, so none of them needs moved.
 func (w *Wheel) compact(b int32) {
-	bk := w.bucket(b)
-	els := bk.els
+	els := &w.bucket(b).els
 	j := 0
-	for _, el := range els {
-		if i := elIndex(el.kx); i != 0 {
-			e := w.at(i)
+	for p := range els.len() {
+		if el := *els.at(p); elIndex(el.kx) != 0 {
+			e := w.at(elIndex(el.kx))
 			e.loc = e.loc&kindMask | uint32(j)
-			els[j] = el
+			*els.at(j) = el
 			j++
 		}
 	}
-	if cap(els) > keepCap && cap(els) > 4*j {
-		els = append(make([]elem, 0, 2*j), els[:j]...)
-	}
-	bk.els = els[:j]
+	els.truncate(j)
+	els.shrink(keepCap)
 }
 
 // Add schedules payload at dueMs and returns its handle. A due time at or
@@ -587,7 +585,7 @@ func (w *Wheel) Get(h Handle) (dueMs int64, payload uint64, ok bool) {
 // payloadOf returns the payload of pending entry i (e), from its element.
 func (w *Wheel) payloadOf(i int32, e *entry) uint64 {
 	b := w.bucketOf(e)
-	return w.bucket(b).els[w.posOf(b, i, e)].payload
+	return w.bucket(b).els.at(w.posOf(b, i, e)).payload
 }
 
 // Len returns the number of pending entries.
@@ -624,8 +622,8 @@ func (w *Wheel) Each(fn func(h Handle, dueMs int64, payload uint64) bool) {
 // the cached minimum of that bucket left it since it was last computed.
 func (w *Wheel) NextDue() (dueMs int64, ok bool) {
 	if fb := w.bucket(firingBucket); fb.live > 0 { // sorted: first live is min
-		for _, el := range fb.els[fb.head:] {
-			if i := elIndex(el.kx); i != 0 {
+		for p := int(fb.head); p < fb.els.len(); p++ {
+			if i := elIndex(fb.els.at(p).kx); i != 0 {
 				dueMs, ok = w.at(i).due, true
 				break
 			}
@@ -664,16 +662,16 @@ func (w *Wheel) bucketMin(b int32, start uint64) int64 {
 	if b < numSlots && levelOfBucket(b) <= lowKeyLevel {
 		mask := uint32(1)<<levelShift(levelOfBucket(b)) - 1
 		low := uint32(mask)
-		for _, el := range bk.els[bk.head:] {
-			if elIndex(el.kx) != 0 {
+		for p := int(bk.head); p < bk.els.len(); p++ {
+			if el := bk.els.at(p); elIndex(el.kx) != 0 {
 				low = min(low, elKey(el.kx)&mask)
 			}
 		}
 		m = unkey(start | uint64(low))
 	} else {
 		first := true
-		for _, el := range bk.els[bk.head:] {
-			if i := elIndex(el.kx); i != 0 {
+		for p := int(bk.head); p < bk.els.len(); p++ {
+			if i := elIndex(bk.els.at(p).kx); i != 0 {
 				if d := w.at(i).due; first || d < m {
 					m, first = d, false
 				}
@@ -756,9 +754,10 @@ func (w *Wheel) Advance(nowMs int64, fn func(dueMs int64, payload uint64)) int {
 // overdue bucket and wait for the next Advance.
 func (w *Wheel) batchOverdue() {
 	ov, fb := w.bucket(overdueBucket), w.bucket(firingBucket)
-	els := ov.els
+	els := &ov.els
 	j, sorted, last := 0, true, int64(0)
-	for _, el := range els {
+	for p := range els.len() {
+		el := *els.at(p)
 		i := elIndex(el.kx)
 		if i == 0 {
 			continue
@@ -768,19 +767,24 @@ func (w *Wheel) batchOverdue() {
 			sorted = false
 		}
 		last = d
-		els[j] = el
+		*els.at(j) = el
 		j++
 	}
-	els = els[:j]
+	els.truncate(j)
 	if !sorted {
-		slices.SortStableFunc(els, func(a, b elem) int {
+		flat := els.appendTo(make([]elem, 0, j)) // sorted in one piece, then put back
+		slices.SortStableFunc(flat, func(a, b elem) int {
 			return cmp.Compare(w.at(elIndex(a.kx)).due, w.at(elIndex(b.kx)).due)
 		})
+		for p, el := range flat {
+			*els.at(p) = el
+		}
 	}
-	for pos, el := range els {
-		w.at(elIndex(el.kx)).loc = kindFiring | uint32(pos)
+	for pos := range j {
+		w.at(elIndex(els.at(pos).kx)).loc = kindFiring | uint32(pos)
 	}
-	ov.els, fb.els = fb.els[:0], els
+	ov.els, fb.els = fb.els, ov.els
+	ov.els.truncate(0)
 	fb.head, fb.live, fb.minOK = 0, int32(j), false
 	ov.head, ov.live, ov.minOK = 0, 0, false
 }
@@ -794,8 +798,8 @@ func (w *Wheel) fireBatch(fn func(dueMs int64, payload uint64)) int {
 	w.firing = b
 	bk := w.bucket(b)
 	n := 0
-	for int(bk.head) < len(bk.els) {
-		el := bk.els[bk.head]
+	for int(bk.head) < bk.els.len() {
+		el := *bk.els.at(int(bk.head))
 		bk.head++
 		i := elIndex(el.kx)
 		if i == 0 {
@@ -836,8 +840,8 @@ func (w *Wheel) fireSlot(b int32, fn func(dueMs int64, payload uint64)) int {
 	bk := &w.low[b]
 	due := unkey(w.elapsed)
 	n := 0
-	for int(bk.head) < len(bk.els) {
-		el := bk.els[bk.head]
+	for int(bk.head) < bk.els.len() {
+		el := *bk.els.at(int(bk.head))
 		bk.head++
 		i := elIndex(el.kx)
 		if i == 0 {
@@ -874,26 +878,27 @@ func (w *Wheel) fireSlot(b int32, fn func(dueMs int64, payload uint64)) int {
 // keep their old ones (see the Wheel invariants). They are read once more,
 // when they fire, or when they are cancelled or moved.
 func (w *Wheel) cascade(b int32, l uint) {
-	src := w.bucket(b).els
+	src := &w.bucket(b).els
+	n := src.len()
 	if l == 1 { // all to level 0, whose slot is the low six bits
 		moved := w.moved
-		if cap(moved) < len(src) { // with room for the next slots, a little larger
-			moved = make([]uint32, len(src), len(src)+len(src)/4)
+		if cap(moved) < n { // with room for the next slots, a little larger
+			moved = make([]uint32, n, n+n/4)
 		}
-		moved = moved[:len(src)]
-		for p, el := range src {
-			if elIndex(el.kx) != 0 {
+		moved = moved[:n]
+		for p := range n {
+			if el := *src.at(p); elIndex(el.kx) != 0 {
 				d := elKey(el.kx) & 63
 				dk := &w.low[d]
-				moved[p] = uint32(len(dk.els))
-				dk.els = append(dk.els, el)
+				moved[p] = uint32(dk.els.len())
+				dk.els.push(el)
 				w.occupied[0] |= 1 << d
 			}
 		}
 		w.moved = moved
 		for word := w.occupied[0]; word != 0; word &= word - 1 {
 			dk := &w.low[bits.TrailingZeros64(word)]
-			dk.live = int32(len(dk.els)) // a level-0 slot holds one due time: no minimum to keep
+			dk.live = int32(dk.els.len()) // a level-0 slot holds one due time: no minimum to keep
 		}
 		if w.occupied[0] != 0 { // it is: an occupied slot has live elements
 			w.levelMask |= 1
@@ -902,8 +907,9 @@ func (w *Wheel) cascade(b int32, l uint) {
 		return
 	}
 	if l > lowKeyLevel {
-		for _, el := range src {
-			if i := elIndex(el.kx); i != 0 {
+		for p := range n {
+			if el := *src.at(p); elIndex(el.kx) != 0 {
+				i := elIndex(el.kx)
 				e := w.at(i)
 				w.push(w.slotOf(key(e.due)), i, e, kindWheel, el.payload)
 			}
@@ -914,11 +920,11 @@ func (w *Wheel) cascade(b int32, l uint) {
 	// Every key in the slot agrees with elapsed above levelShift(l), and
 	// elapsed's bits below it are zero.
 	mask := uint32(1)<<levelShift(l) - 1
-	for _, el := range src {
-		if elIndex(el.kx) != 0 {
+	for p := range n {
+		if el := *src.at(p); elIndex(el.kx) != 0 {
 			d := lowSlot(elKey(el.kx) & mask)
 			dk := w.bucket(d)
-			dk.els = append(dk.els, el)
+			dk.els.push(el)
 			w.occupied[d>>6] |= 1 << (d & 63)
 		}
 	}
@@ -927,14 +933,14 @@ func (w *Wheel) cascade(b int32, l uint) {
 		for ; word != 0; word &= word - 1 {
 			d := int32(wi*64 + bits.TrailingZeros64(word))
 			dk := w.bucket(d)
-			for p, el := range dk.els {
-				w.at(elIndex(el.kx)).loc = kindWheel | uint32(p)
+			for p := range dk.els.len() {
+				w.at(elIndex(dk.els.at(p).kx)).loc = kindWheel | uint32(p)
 			}
-			dk.live = int32(len(dk.els))
+			dk.live = int32(dk.els.len())
 			if d >= 64 { // a level-0 slot holds one due time: no minimum to keep
 				low := mask
-				for _, el := range dk.els {
-					low = min(low, elKey(el.kx)&mask)
+				for p := range dk.els.len() {
+					low = min(low, elKey(dk.els.at(p).kx)&mask)
 				}
 				dk.minDue, dk.minOK = unkey(w.elapsed|uint64(low)), true
 			}
@@ -960,16 +966,17 @@ func lowSlot(low uint32) int32 {
 func (w *Wheel) afterPanic() {
 	w.now = unkey(w.elapsed)
 	var deferred, unfired []elem
-	for _, el := range w.bucket(overdueBucket).els {
-		if elIndex(el.kx) != 0 {
+	ov := &w.bucket(overdueBucket).els
+	for p := range ov.len() {
+		if el := *ov.at(p); elIndex(el.kx) != 0 {
 			deferred = append(deferred, el)
 		}
 	}
 	w.emptied(overdueBucket)
 	if b := w.firing; b != noBucket {
 		bk := w.bucket(b)
-		for _, el := range bk.els[bk.head:] {
-			if elIndex(el.kx) != 0 {
+		for p := int(bk.head); p < bk.els.len(); p++ {
+			if el := *bk.els.at(p); elIndex(el.kx) != 0 {
 				unfired = append(unfired, el)
 			}
 		}

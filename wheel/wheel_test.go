@@ -648,7 +648,7 @@ func testMovedEntries(t *testing.T, seed uint64) {
 				i := int32(uint32(h))
 				e := w.at(i)
 				if b := w.slotOf(key(e.due)); e.loc&kindMask == kindWheel && b < 64 {
-					if els, pos := w.low[b].els, int(e.loc&posMask); pos >= len(els) || elIndex(els[pos].kx) != i {
+					if els, pos := &w.low[b].els, int(e.loc&posMask); pos >= els.len() || elIndex(els.at(pos).kx) != i {
 						movedOps++
 					}
 				}
@@ -741,8 +741,8 @@ func testMovedEntries(t *testing.T, seed uint64) {
 	advance(start) // the cascade
 	moved := 0
 	for b := range w.low {
-		for pos, el := range w.low[b].els {
-			if i := elIndex(el.kx); i != 0 && int(w.at(i).loc&posMask) != pos {
+		for pos := range w.low[b].els.len() {
+			if i := elIndex(w.low[b].els.at(pos).kx); i != 0 && int(w.at(i).loc&posMask) != pos {
 				moved++
 			}
 		}
@@ -855,4 +855,85 @@ func TestFiredEntryReused(t *testing.T) {
 		t.Fatalf("Each visited %d entries, want 1 (fired ones are not pending)", n)
 	}
 	wantPayloads(t, collect(t, w, 7), 3)
+}
+
+// TestSmallBlocks runs the model and the tests that grow, compact, cascade and
+// fire large buckets with blocks of four elements, so that their buckets span
+// many blocks (invariants check the blocks).
+func TestSmallBlocks(t *testing.T) {
+	defer func(b uint) { blockBits = b }(blockBits)
+	blockBits = 2
+	for _, tc := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"PropertyAgainstModel", TestPropertyAgainstModel},
+		{"TombstonesAndCompaction", TestTombstonesAndCompaction},
+		{"CancelNewestCompacts", TestCancelNewestCompacts},
+		{"LargeRandomOrder", TestLargeRandomOrder},
+		{"CancelAndRescheduleMovedEntries", TestCancelAndRescheduleMovedEntries},
+		{"PanicInFnKeepsWheelConsistent", TestPanicInFnKeepsWheelConsistent},
+		{"TiesAcrossCascades", TestTiesAcrossCascades},
+		{"CancelAndRescheduleInsideAdvance", TestCancelAndRescheduleInsideAdvance},
+		{"PastAndZeroDelay", TestPastAndZeroDelay},
+		{"NextDueExact", TestNextDueExact},
+	} {
+		t.Run(tc.name, tc.f)
+	}
+}
+
+// elems against a plain slice: pushes, stores, truncations and resets in random
+// order, with blocks of four and of the default size.
+func TestElemsMatchSlice(t *testing.T) {
+	defer func(b uint) { blockBits = b }(blockBits)
+	for _, bb := range []uint{2, 12} {
+		blockBits = bb
+		rng := rand.New(rand.NewPCG(uint64(bb), 7))
+		var s elems
+		var model []elem
+		maxLen := 0
+		for step := range 300_000 {
+			switch r := rng.IntN(100_000); {
+			case r < 70_000:
+				el := elem{kx: uint64(step), payload: rng.Uint64()}
+				s.push(el)
+				model = append(model, el)
+			case r < 85_000 && len(model) > 0:
+				p := rng.IntN(len(model))
+				el := elem{kx: rng.Uint64(), payload: uint64(step)}
+				*s.at(p) = el
+				model[p] = el
+			case r < 99_999 && len(model) > 0:
+				n := len(model) - rng.IntN(min(len(model), 3)+1)
+				if rng.IntN(5000) == 0 {
+					n = rng.IntN(len(model) + 1)
+				}
+				s.truncate(n)
+				model = model[:n]
+			case r >= 99_999:
+				s.reset(keepCap)
+				model = model[:0]
+			}
+			maxLen = max(maxLen, len(model))
+			if s.len() != len(model) {
+				t.Fatalf("blockBits %d, step %d: len %d, want %d", bb, step, s.len(), len(model))
+			}
+			if err := s.check(); err != nil {
+				t.Fatalf("blockBits %d, step %d: %v", bb, step, err)
+			}
+			if step%1000 == 0 || len(model) < 50 {
+				for p, want := range model {
+					if got := *s.at(p); got != want {
+						t.Fatalf("blockBits %d, step %d: element %d is %v, want %v", bb, step, p, got, want)
+					}
+				}
+			}
+		}
+		if maxLen < 4<<bb {
+			t.Errorf("blockBits %d: the array grew to only %d elements", bb, maxLen)
+		}
+		if s.reset(0); s.capacity() != 0 {
+			t.Errorf("blockBits %d: reset(0) keeps room for %d", bb, s.capacity())
+		}
+	}
 }

@@ -118,13 +118,14 @@
 // # Memory
 //
 // 16 bytes per entry in the slab, plus 16 bytes per element in the slot
-// arrays (and their growth slack, at most a block past the first):
+// arrays (and their growth slack: about a quarter within a slot's first
+// 4096 elements, at most a block and a spare block of 64 KiB past them):
 // about 33 bytes per pending timer. The slab
 // never shrinks: its size is the largest number of entries ever pending,
 // and the list of spent entries holds 4 bytes for each entry fired and not
 // reused yet (given back once it empties, if it grew past 16 KiB).
 // Slot arrays follow the pending entries: a slot emptied by firing or
-// cascading gives a large array back. Fixed state is about 62 KiB per wheel,
+// cascading gives a large array back. Fixed state is about 56 KiB per wheel,
 // plus up to 256 KiB for level 1, allocated 4 KiB (64 slots) at a time as
 // it is used, plus the level-1 cascade's position array: 4 bytes per
 // element of the level-1 slot cascaded last, kept up to 16 KiB, and given

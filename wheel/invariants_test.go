@@ -155,29 +155,35 @@ func (w *Wheel) check() error {
 	return nil
 }
 
-// check verifies the blocks: every one before the tail full, and the tail a
-// whole block when there are any.
+// check verifies the blocks: every one before the tail full, the tail a whole
+// block when there are any, at0 where the tail starts, and at most one block (the
+// spare) kept past the full ones.
 func (s *elems) check() error {
+	if len(s.tail) > 1<<blockBits || cap(s.tail) > 1<<blockBits {
+		return fmt.Errorf("a tail of %d (room for %d) in blocks of %d", len(s.tail), cap(s.tail), 1<<blockBits)
+	}
 	if s.full == nil {
 		if s.at0 != 0 {
 			return fmt.Errorf("no full blocks, the tail at %d", s.at0)
 		}
 		return nil
 	}
-	if s.base() != len(*s.full)<<blockBits {
-		return fmt.Errorf("%d full blocks, the tail at %d", len(*s.full), s.at0)
-	}
 	f := *s.full
-	if len(f) == 0 {
-		return fmt.Errorf("full blocks, none of them")
+	if s.base() != len(f)<<blockBits {
+		return fmt.Errorf("%d full blocks, the tail at %d", len(f), s.at0)
 	}
 	for k, b := range f {
 		if len(b) != 1<<blockBits {
 			return fmt.Errorf("block %d of %d full ones holds %d elements (a block: %d)", k, len(f), len(b), 1<<blockBits)
 		}
 	}
-	if cap(s.tail) < 1<<blockBits {
+	if len(f) > 0 && cap(s.tail) != 1<<blockBits {
 		return fmt.Errorf("%d full blocks and a tail of room for %d", len(f), cap(s.tail))
+	}
+	for k, b := range f[len(f):cap(f)] {
+		if b != nil && (k > 0 || cap(b) != 1<<blockBits) {
+			return fmt.Errorf("a block of room for %d kept %d past the %d full ones", cap(b), k, len(f))
+		}
 	}
 	return nil
 }

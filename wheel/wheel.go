@@ -69,7 +69,7 @@ const (
 	// back when it empties.
 	spentKeepCap = 4096
 
-	chunkBits = 10 // 1024 entries (24 KiB) per slab chunk
+	chunkBits = 10 // 1024 entries (16 KiB) per slab chunk
 	chunkLen  = 1 << chunkBits
 	chunkMask = chunkLen - 1
 
@@ -772,12 +772,15 @@ func (w *Wheel) batchOverdue() {
 	}
 	els.truncate(j)
 	if !sorted {
-		flat := els.appendTo(make([]elem, 0, j)) // sorted in one piece, then put back
-		slices.SortStableFunc(flat, func(a, b elem) int {
-			return cmp.Compare(w.at(elIndex(a.kx)).due, w.at(elIndex(b.kx)).due)
-		})
-		for p, el := range flat {
-			*els.at(p) = el
+		byDue := func(a, b elem) int { return cmp.Compare(w.at(elIndex(a.kx)).due, w.at(elIndex(b.kx)).due) }
+		if els.base() == 0 {
+			slices.SortStableFunc(els.tail, byDue)
+		} else { // sorted in one piece, then put back
+			flat := els.appendTo(make([]elem, 0, j))
+			slices.SortStableFunc(flat, byDue)
+			for p, el := range flat {
+				*els.at(p) = el
+			}
 		}
 	}
 	for pos := range j {

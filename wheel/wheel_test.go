@@ -882,8 +882,8 @@ func TestSmallBlocks(t *testing.T) {
 	}
 }
 
-// elems against a plain slice: pushes, stores, truncations and resets in random
-// order, with blocks of four and of the default size.
+// elems against a plain slice: pushes, stores, truncations, shrinks and resets
+// in random order, with blocks of four and of the default size.
 func TestElemsMatchSlice(t *testing.T) {
 	defer func(b uint) { blockBits = b }(blockBits)
 	for _, bb := range []uint{2, 12} {
@@ -903,6 +903,8 @@ func TestElemsMatchSlice(t *testing.T) {
 				el := elem{kx: rng.Uint64(), payload: uint64(step)}
 				*s.at(p) = el
 				model[p] = el
+			case r < 86_000:
+				s.shrink(keepCap) // gives room back, never elements
 			case r < 99_999 && len(model) > 0:
 				n := len(model) - rng.IntN(min(len(model), 3)+1)
 				if rng.IntN(5000) == 0 {
@@ -936,4 +938,73 @@ func TestElemsMatchSlice(t *testing.T) {
 			t.Errorf("blockBits %d: reset(0) keeps room for %d", bb, s.capacity())
 		}
 	}
+}
+
+// A slot whose size goes back and forth across a block's boundary, and an
+// overdue batch out of order in one block, allocate nothing once warm.
+func TestBlocksDoNotChurn(t *testing.T) {
+	w := New(0)
+	const due = 3_600_000
+	for i := range 1<<blockBits - 1 {
+		w.Add(due, uint64(i))
+	}
+	allocs := testing.AllocsPerRun(200, func() {
+		a := w.Add(due, 1)
+		b := w.Add(due, 2) // the first element of the next block
+		w.Cancel(b)
+		w.Cancel(a) // back into the first block
+	})
+	if allocs != 0 {
+		t.Errorf("crossing a block's boundary: %v allocations each way", allocs)
+	}
+	mustCheck(t, w)
+
+	now := int64(0)
+	allocs = testing.AllocsPerRun(200, func() {
+		w.Add(now-1, 1)
+		w.Add(now-5, 2) // out of order: the batch is sorted
+		w.Add(now-3, 3)
+		now++
+		w.Advance(now, func(int64, uint64) {})
+	})
+	if allocs != 0 {
+		t.Errorf("an overdue batch out of order: %v allocations", allocs)
+	}
+	mustCheck(t, w)
+}
+
+// A slot of several full blocks, mostly cancelled, compacts back into its first
+// block and gives the rest back; then it fires in order.
+func TestBlocksCompactAndShrink(t *testing.T) {
+	w := New(0)
+	const due = 3_600_000
+	n := 3<<blockBits + 100
+	hs := make([]Handle, n)
+	for i := range n {
+		hs[i] = w.Add(due+int64(i%7), uint64(i))
+	}
+	b := w.slotOf(key(due))
+	if got := w.bucket(b).els.base(); got < 3<<blockBits {
+		t.Fatalf("slot of %d in blocks: the tail at %d", n, got)
+	}
+	var kept []uint64
+	for i, h := range hs {
+		if i%20 != 0 {
+			w.Cancel(h)
+		} else {
+			kept = append(kept, uint64(i))
+		}
+	}
+	mustCheck(t, w)
+	bk := w.bucket(b)
+	if bk.els.base() != 0 || bk.els.full != nil || bk.els.capacity() > 4*len(kept) {
+		t.Errorf("after compaction: %d elements, the tail at %d, room for %d, full %v", bk.els.len(), bk.els.base(), bk.els.capacity(), bk.els.full != nil)
+	}
+	var fired []uint64
+	w.Advance(due+10, func(_ int64, p uint64) { fired = append(fired, p) })
+	slices.SortStableFunc(kept, func(a, b uint64) int { return cmp.Compare(a%7, b%7) })
+	if !slices.Equal(fired, kept) {
+		t.Errorf("fired %d, want %d in due order", len(fired), len(kept))
+	}
+	mustCheck(t, w)
 }

@@ -72,7 +72,10 @@ func (c *Core) nextArmed() (int64, bool) {
 	if c.frozen != nil || c.failed != nil {
 		return 0, false // they never go (armed)
 	}
-	for _, o := range c.outbox {
+	if len(c.armedOut.q) > 0 {
+		at, ok = c.armedOut.q[0].due, true
+	}
+	for _, o := range c.outbox { // not durable yet: this step's and the last few's
 		if c.armed(o) {
 			if d := o.m.(*messages.Dispatch).DueMs; !ok || d < at {
 				at, ok = d, true
@@ -167,14 +170,80 @@ func (c *Core) jobArmed(id int64) bool {
 	return c.outboxArmed(id)
 }
 
-// outboxArmed says an armed dispatch of job id waits in the outbox.
+// outboxArmed says an armed dispatch of job id waits in the outbox or among the
+// held ones.
 func (c *Core) outboxArmed(id int64) bool {
 	for _, o := range c.outbox {
 		if c.armed(o) && o.m.(*messages.Dispatch).JobId == id {
 			return true
 		}
 	}
+	for _, h := range c.armedOut.q {
+		if c.armed(h.o) && h.o.m.(*messages.Dispatch).JobId == id {
+			return true
+		}
+	}
 	return false
+}
+
+// heldDispatches are the dispatches armed ahead of their due whose records are
+// durable: a min-heap by due, ties in the order they came, from which release
+// sends each once its due has come. They used to stay in the outbox, which every
+// step then copied and scanned whole: with fires armed 50 ms ahead at 20,000 a
+// second, about a thousand of them, and the shard's lateness doubled.
+type heldDispatches struct {
+	q   []heldDispatch
+	seq uint64
+}
+
+type heldDispatch struct {
+	due int64
+	seq uint64
+	o   outMsg
+}
+
+func (h *heldDispatches) less(i, j int) bool {
+	a, b := &h.q[i], &h.q[j]
+	return a.due < b.due || a.due == b.due && a.seq < b.seq
+}
+
+func (h *heldDispatches) push(o outMsg) {
+	h.seq++
+	h.q = append(h.q, heldDispatch{due: o.m.(*messages.Dispatch).DueMs, seq: h.seq, o: o})
+	for i := len(h.q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		h.q[i], h.q[p] = h.q[p], h.q[i]
+		i = p
+	}
+}
+
+func (h *heldDispatches) pop() outMsg {
+	o := h.q[0].o
+	n := len(h.q) - 1
+	h.q[0] = h.q[n]
+	h.q[n] = heldDispatch{}
+	h.q = h.q[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && h.less(l, m) {
+			m = l
+		}
+		if r < n && h.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h.q[i], h.q[m] = h.q[m], h.q[i]
+		i = m
+	}
+	if n == 0 && cap(h.q) > 4096 {
+		h.q = nil // a burst's worth goes back
+	}
+	return o
 }
 
 // changesJob is the job a command would change (0: none, or not one job).

@@ -1,6 +1,9 @@
 package core
 
 import (
+	"cmp"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -635,5 +638,31 @@ func TestClockStepBackDoesNotSpin(t *testing.T) {
 	c.Durable(e.lsn, nil, e)
 	if d := dispatchesIn(e.take()); len(d) != 1 || d[0].RunId != "7:1500" {
 		t.Fatalf("at %d: %v, want the overdue fire", at, d)
+	}
+}
+
+// Held dispatches leave by due, ties in the order they were held.
+func TestHeldDispatchesByDueThenArrival(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 9))
+	for round := range 50 {
+		var h heldDispatches
+		type want struct{ due, n int64 }
+		var all []want
+		pushes := 1 + rng.IntN(3000)
+		for n := range pushes {
+			due := int64(rng.IntN(40))
+			h.push(outMsg{m: &messages.Dispatch{DueMs: due, Attempt: int32(n)}})
+			all = append(all, want{due, int64(n)})
+		}
+		slices.SortStableFunc(all, func(a, b want) int { return cmp.Compare(a.due, b.due) })
+		for i, w := range all {
+			d := h.pop().m.(*messages.Dispatch)
+			if d.DueMs != w.due || int64(d.Attempt) != w.n {
+				t.Fatalf("round %d, pop %d: due %d (push %d), want due %d (push %d)", round, i, d.DueMs, d.Attempt, w.due, w.n)
+			}
+		}
+		if len(h.q) != 0 {
+			t.Fatalf("round %d: %d left", round, len(h.q))
+		}
 	}
 }

@@ -258,12 +258,13 @@ type Core struct {
 	appended  uint64
 	durable   uint64
 	outbox    []outMsg
-	waitsNow  bool        // a message queued since the last flush waits for the journal and may not wait lazily (mayWait)
-	parked    []parkedCmd // commands waiting for a job's armed run to go (armed.go)
-	unparking bool        // a parked command is being handled (firstDue)
-	parkedAt  int64       // and when it came
-	seenMs    int64       // the latest now the shard was given (armed: a clock step back does not re-arm)
-	armHeld   []int64     // jobs due soon, not armed ahead while a command for them is parked (armed.go)
+	armedOut  heldDispatches // armed dispatches, durable, waiting for their due (armed.go)
+	waitsNow  bool           // a message queued since the last flush waits for the journal and may not wait lazily (mayWait)
+	parked    []parkedCmd    // commands waiting for a job's armed run to go (armed.go)
+	unparking bool           // a parked command is being handled (firstDue)
+	parkedAt  int64          // and when it came
+	seenMs    int64          // the latest now the shard was given (armed: a clock step back does not re-arm)
+	armHeld   []int64        // jobs due soon, not armed ahead while a command for them is parked (armed.go)
 	failed    error
 	frozen    *messages.Error // NOT_OWNER reply while handing off / handed off
 
@@ -587,6 +588,7 @@ func (c *Core) fail(err error) {
 		c.failed = fmt.Errorf("shard %s: journal failed, shard stopped: %w", c.cfg.Shard, err)
 	}
 	c.outbox = nil
+	c.armedOut = heldDispatches{}
 }
 
 // send queues m behind everything journaled so far, including this step's records
@@ -614,21 +616,28 @@ func (c *Core) mayWait(o outMsg) bool {
 	return false
 }
 
+// release sends the held dispatches now due, then what is durable in the outbox, in
+// order, but for the dispatches armed ahead of their due, which it holds.
 func (c *Core) release(env Env) {
+	for len(c.armedOut.q) > 0 && !c.armed(c.armedOut.q[0].o) {
+		o := c.armedOut.pop()
+		env.Send(o.to, o.m)
+	}
 	i := 0
-	kept := c.outbox[:0] // armed dispatches not yet due, in order (written behind i)
 	for ; i < len(c.outbox); i++ {
 		o := c.outbox[i]
 		if o.lsn > c.durable && !c.cfg.Mutations.AckBeforeDurable {
 			break
 		}
 		if c.armed(o) {
-			kept = append(kept, o)
+			c.armedOut.push(o)
 			continue
 		}
 		env.Send(o.to, o.m)
 	}
-	c.outbox = append(kept, c.outbox[i:]...)
+	n := copy(c.outbox, c.outbox[i:])
+	clear(c.outbox[n:])
+	c.outbox = c.outbox[:n]
 }
 
 // Durable tells the core that the journal is durable up to lsn, or failed.

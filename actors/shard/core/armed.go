@@ -13,9 +13,9 @@ import (
 // early). Done at the due, the msync sits on the fire's path: at 20,000 fires a second
 // on 2 cores it was most of the p99 lateness (the wait for the sync that runs, then
 // the fire's own). With Config.ArmMs the wheel fires a job up to ArmMs before its due:
-// the run is journaled then, with DispatchedMs = its due, and its Dispatch waits in
-// the outbox, durable, until the due (release keeps it; NextWake wakes the shard for
-// it). Recovery and a handoff's import send a run that is still armed at its due the
+// the run is journaled then, with DispatchedMs = its due, and its Dispatch waits,
+// durable, until the due (release holds it in armedOut, heldDispatches; NextWake
+// wakes the shard for it). Recovery and a handoff's import send a run that is still armed at its due the
 // same way, since every Dispatch is held until its DueMs.
 //
 // Between the arming and the due a command may come that changes the job: a delete
@@ -148,8 +148,8 @@ func (c *Core) rearmHeld() {
 
 // armedDue is the due of job id's armed run, if it has one: the job fired ahead of
 // a due still to come (its LastDueMs), and that run is still there — it cannot have
-// gone before its due, with a dispatch waiting in the outbox or none yet (no
-// worker, or none with credit). A job with a run is a full job (c.jobs).
+// gone before its due, with a dispatch waiting (in the outbox, or held) or none yet
+// (no worker, or none with credit). A job with a run is a full job (c.jobs).
 func (c *Core) armedDue(id int64) (int64, bool) {
 	if c.runsOf[id] == 0 || c.cfg.Mutations.FireEarlyMs != 0 {
 		return 0, false

@@ -2,6 +2,7 @@ package core
 
 import (
 	"cmp"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -664,5 +665,49 @@ func TestHeldDispatchesByDueThenArrival(t *testing.T) {
 		if len(h.q) != 0 {
 			t.Fatalf("round %d: %d left", round, len(h.q))
 		}
+	}
+}
+
+// A run's result that comes while its dispatch is still held (a worker that had it
+// from the shard's previous owner) leaves the job no armed run but that dispatch: a
+// delete must still wait for the dispatch to go, and answer after it.
+func TestDeleteWaitsForAHeldDispatchAfterItsResult(t *testing.T) {
+	c, e := newArmedCore(1000, 5)
+	armOnceAt1050(c, e)
+	c.Handle(1047, wref, &messages.RunResult{RunId: "7:1050", JobId: 7, Attempt: 1, Epoch: 1, Outcome: messages.Outcome_SUCCEEDED, WorkerId: "w1", Worker: wref}, e)
+	c.Durable(e.lsn, nil, e)
+	sent := e.take()
+	c.Handle(1048, client, &messages.DeleteJob{App: "app", Id: 7, RequestId: 22}, e)
+	c.Durable(e.lsn, nil, e)
+	sent = append(sent, e.take()...)
+	for now := int64(1049); now <= 1100; now++ {
+		c.Tick(now, e)
+		c.Durable(e.lsn, nil, e)
+		sent = append(sent, e.take()...)
+	}
+	di, ri := -1, -1
+	for i, m := range sent {
+		if d, ok := m.m.(*messages.Dispatch); ok && d.RunId == "7:1050" {
+			di = i
+		}
+		if m.to == client && ri < 0 {
+			ri = i
+		}
+	}
+	if di < 0 || ri < 0 || ri < di {
+		t.Fatalf("dispatch at %d, the delete's reply at %d in %v: the reply must follow the dispatch", di, ri, sent)
+	}
+}
+
+// A shard whose journal failed never sends the dispatches it held for their dues.
+func TestFailedShardSendsNoHeldDispatch(t *testing.T) {
+	c, e := newArmedCore(1000, 5)
+	armOnceAt1050(c, e)
+	c.Durable(e.lsn, errors.New("EIO"), e)
+	e.take()
+	c.Tick(1060, e)
+	c.Handle(1060, wref, &messages.RunResult{RunId: "9:1", JobId: 9, Attempt: 1, Epoch: 1, Outcome: messages.Outcome_SUCCEEDED, WorkerId: "w1", Worker: wref}, e)
+	if d := dispatchesIn(e.take()); len(d) != 0 {
+		t.Fatalf("a failed shard sent %v", d)
 	}
 }

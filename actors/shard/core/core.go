@@ -619,6 +619,9 @@ func (c *Core) mayWait(o outMsg) bool {
 // release sends the held dispatches now due, then what is durable in the outbox, in
 // order, but for the dispatches armed ahead of their due, which it holds.
 func (c *Core) release(env Env) {
+	if c.failed != nil {
+		return // fail dropped both; nothing may go from a failed shard
+	}
 	for len(c.armedOut.q) > 0 && !c.armed(c.armedOut.q[0].o) {
 		o := c.armedOut.pop()
 		env.Send(o.to, o.m)

@@ -177,8 +177,8 @@ type BenchFire struct {
 }
 
 // benchSlowSync is the sync time the fire report counts as slow: the default arming
-// lead (shardcore.DefaultArmMs), past which a sync delays the fires behind it.
-const benchSlowSync = 5 * time.Millisecond
+// lead, past which a sync delays the fires behind it.
+const benchSlowSync = shardcore.DefaultArmMs * time.Millisecond
 
 // BenchRecover is the recover scenario: restart a node holding N pending jobs.
 type BenchRecover struct {

@@ -131,16 +131,22 @@ func useRedis(ctx context.Context, addr string) (*redisServer, error) {
 }
 
 func (s *redisServer) info(ctx context.Context, section, key string) string {
+	return s.infoFields(ctx, section)[key]
+}
+
+// infoFields is one INFO section, field by field (empty when Redis does not answer).
+func (s *redisServer) infoFields(ctx context.Context, section string) map[string]string {
 	txt, err := s.rdb.Info(ctx, section).Result()
 	if err != nil {
-		return ""
+		return nil
 	}
+	f := map[string]string{}
 	for _, l := range strings.Split(txt, "\r\n") {
-		if k, v, ok := strings.Cut(l, ":"); ok && k == key {
-			return v
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			f[k] = v
 		}
 	}
-	return ""
+	return f
 }
 
 // reset empties the Redis between runs (only one this program owns).
@@ -192,8 +198,11 @@ func (s *redisServer) appendfsyncAlways(ctx context.Context) error {
 func (s *redisServer) settle(ctx context.Context) (time.Duration, error) {
 	t0 := time.Now()
 	deadline := t0.Add(redisRewriteTimeout)
-	for s.info(ctx, "persistence", "rdb_bgsave_in_progress") == "1" || s.info(ctx, "persistence", "aof_rewrite_in_progress") == "1" ||
-		s.info(ctx, "persistence", "aof_rewrite_scheduled") == "1" {
+	for {
+		p := s.infoFields(ctx, "persistence") // one INFO a poll
+		if p["rdb_bgsave_in_progress"] != "1" && p["aof_rewrite_in_progress"] != "1" && p["aof_rewrite_scheduled"] != "1" {
+			break
+		}
 		if time.Now().After(deadline) {
 			return time.Since(t0), errors.New("redis: a background save or AOF rewrite did not finish")
 		}

@@ -129,6 +129,19 @@
 //     still reports the shard active and unfrozen two heartbeats later, and a move
 //     whose source or target expired is forgotten at once.
 //
+// Fixed in nameserver/core after a 40,000-seed sweep (seeds 200,001–240,000) showed
+// it (duplicate-placement, seed 206138, 1 of the 40,000): an assignment of a new
+// app's root shard that no heartbeat confirmed within ServerExpiryMs was forgotten,
+// and the next request placed the app again, on any server. The first server had
+// received the order late, journaled SHARD_OPENED and crashed before reporting it,
+// while the NameServer still counted it alive: its restart would have recovered the
+// shard at epoch 1 next to the new owner. An assignment now stays bound to its
+// server's address, is sent again there (to the process now at that address) until
+// reported, and the app waits while nothing reports from there. The same sweep found
+// one of the simulator's own (seed 207979): its servers left a shard whose journal
+// had failed out of their heartbeats, where actors/server reports it; a fresh
+// NameServer that heard of the app from nowhere else placed it anew.
+//
 // Shell behaviour of today that the simulated shells avoid (a quirk switches it
 // back on to reproduce):
 //   - QuirkEarlyOpen: actors/server answers ShardOpened and heartbeats a new shard

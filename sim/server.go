@@ -651,6 +651,15 @@ func (v *server) assign(from *messages.Ref, m *messages.AssignShard) {
 	h.shadow = shardcore.New(v.shardConfig(sh), v.now(), m.Epoch)
 	h.openLSN = ^uint64(0)
 	c.Open(h)
+	if c.Failed() != nil {
+		// As actors/server: a journal that refuses the SHARD_OPENED record opens
+		// nothing (it answers UNAVAILABLE and spawns no shard), so nothing of it is
+		// reported either; the NameServer sends the assignment again.
+		h.gone = true
+		delete(v.shards, h.name)
+		v.s.tracef("%s: cannot open %s@%d: %v", v.addr, h.name, m.Epoch, c.Failed())
+		return
+	}
 	h.openLSN = c.AppliedLSN()
 	h.after()
 	v.s.tracef("%s: opened %s@%d", v.addr, h.name, c.Epoch())
@@ -686,8 +695,10 @@ func (v *server) heartbeat() {
 	}
 	hb := &messages.ServerHeartbeat{ServerId: v.id, Server: v.ref, SentMs: v.now(), Address: v.addr, SuccessRate: 1, Incarnation: int64(v.inc)}
 	for _, n := range v.hostNames() {
-		h := v.shards[n]
-		if h.core.Failed() == nil && h.reported() {
+		// A shard whose journal failed is reported all the same, as actors/server
+		// does: it still exists here (a restart recovers it), and a NameServer that
+		// heard of its app from nowhere else would place it anew (seed 207979).
+		if h := v.shards[n]; h.reported() {
 			hb.Shards = append(hb.Shards, h.load())
 		}
 	}

@@ -46,9 +46,21 @@ type worker struct {
 	lastSeen int64
 }
 
+// pendingAssign is a root shard assigned to a server that has not reported it yet.
+//
+// It is bound to the server's address (its data directory), not to the process:
+// the server may have opened the shard, made its record durable and died before
+// reporting it, or may still be on its way to it, and a restart at that address
+// recovers it from the journal. So the assignment is sent again, every
+// ServerExpiryMs, to whichever process now reports from that address, and while
+// none does the app waits; it is never placed on another server at the same epoch
+// (a second owner, the first one's acknowledged jobs invisible: the simulator's
+// seed 206138, an AssignShard that arrived after the NameServer had given up on
+// it, on a server that crashed right after journaling it).
 type pendingAssign struct {
-	atMs   int64
-	server string
+	atMs    int64  // when it was last sent
+	server  string // the server id it was last sent to
+	address string // where that server runs
 }
 
 type move struct {
@@ -310,9 +322,10 @@ func (c *Core) covered(sh route.Shard) bool {
 // server next to an empty new one: the strategy would move a shard from the old id
 // to the new — one process, which would hand the shard to itself. The old id's
 // moves end here and its routes pass to whoever reports them next; assignments
-// sent to it stay pending (the process now at its address got them). The old id is
-// remembered (gone) for a while, so its heartbeats still on their way are not taken
-// for a server. It says whether hb itself is the old one (and is to be ignored).
+// sent to it stay pending, bound to its address (pendingAssign), and go again to
+// the process now there. The old id is remembered (gone) for a while, so its
+// heartbeats still on their way are not taken for a server. It says whether hb
+// itself is the old one (and is to be ignored).
 // Without incarnations on both sides nothing is decided: the old id expires.
 // The newest incarnation at the address is found first, and every other one is
 // gone: the outcome does not depend on the order the map is walked in.
@@ -439,11 +452,7 @@ func (c *Core) Tick(nowMs int64, env Env) {
 			delete(c.subRefs, k)
 		}
 	}
-	for sh, p := range c.pending {
-		if nowMs-p.atMs > ServerExpiryMs {
-			delete(c.pending, sh)
-		}
-	}
+	c.resendAssignments(nowMs, env)
 	for sh, mv := range c.moves {
 		// A move whose source or target expired is forgotten at once: a restart
 		// comes back as a new server id (it resumes a handoff from its journal by
@@ -456,6 +465,44 @@ func (c *Core) Tick(nowMs int64, env Env) {
 	c.resendLostOrders(nowMs, env)
 	c.rebalance(nowMs, env)
 	c.flushPush(nowMs, env)
+}
+
+// resendAssignments sends each assignment not reported within ServerExpiryMs
+// again, to the live server at its address (see pendingAssign), in shard order.
+func (c *Core) resendAssignments(nowMs int64, env Env) {
+	for _, sh := range slices.Sorted(maps.Keys(c.pending)) {
+		p := c.pending[sh]
+		if nowMs-p.atMs <= ServerExpiryMs {
+			continue
+		}
+		id := c.liveAt(p.address, p.server)
+		if id == "" {
+			continue // nothing reports from there: the app waits for it
+		}
+		c.pending[sh] = pendingAssign{atMs: nowMs, server: id, address: p.address}
+		env.Send(c.servers[id].hb.Server, &messages.AssignShard{Shard: sh, Epoch: 1, Nameserver: c.self})
+	}
+}
+
+// liveAt is the live server at address: prefer if it is one, else the one that
+// reported last (a restart's).
+func (c *Core) liveAt(address, prefer string) string {
+	if s := c.servers[prefer]; s != nil && s.alive {
+		return prefer
+	}
+	best := ""
+	if address == "" {
+		return best // a server that gave no address: only itself will do
+	}
+	for id, s := range c.servers {
+		if !s.alive || s.hb.GetAddress() != address {
+			continue
+		}
+		if b := c.servers[best]; best == "" || s.lastSeen > b.lastSeen || (s.lastSeen == b.lastSeen && id < best) {
+			best = id
+		}
+	}
+	return best
 }
 
 // resendLostOrders sends a move or split order again when its source, in a
@@ -677,15 +724,18 @@ func (c *Core) GetRoutes(nowMs int64, m *messages.GetRoutes, from *messages.Ref,
 			return t
 		}
 		root := route.Root(m.App).String()
-		if _, sent := c.pending[root]; !sent {
-			target := c.strategy.Place(c.loads(nowMs))
-			if target == "" {
-				t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "no live server to place app %q", m.App)
-				return t
-			}
-			c.pending[root] = pendingAssign{atMs: nowMs, server: target}
-			env.Send(c.servers[target].hb.Server, &messages.AssignShard{Shard: root, Epoch: 1, Nameserver: c.self})
+		if p, sent := c.pending[root]; sent {
+			t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "placing app %q: its shard %s was assigned to the server at %s, "+
+				"which has not reported it yet", m.App, root, p.address)
+			return t
 		}
+		target := c.strategy.Place(c.loads(nowMs))
+		if target == "" {
+			t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "no live server to place app %q", m.App)
+			return t
+		}
+		c.pending[root] = pendingAssign{atMs: nowMs, server: target, address: c.servers[target].hb.GetAddress()}
+		env.Send(c.servers[target].hb.Server, &messages.AssignShard{Shard: root, Epoch: 1, Nameserver: c.self})
 		t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "placing app %q", m.App)
 	}
 	return t

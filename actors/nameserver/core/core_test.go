@@ -394,3 +394,82 @@ func TestLoadsListPendingPlacementsInOrder(t *testing.T) {
 		}
 	}
 }
+
+// routedLog records each AssignShard as shard@epoch->address, in order.
+type routedLog struct{ sent []string }
+
+func (r *routedLog) Send(to *messages.Ref, m any) {
+	if a, ok := m.(*messages.AssignShard); ok {
+		r.sent = append(r.sent, fmt.Sprintf("%s@%d->%s", a.Shard, a.Epoch, to.GetAddress()))
+	}
+}
+
+// An assignment that is never reported is sent again to the server at the same
+// address — its process, or the one that restarted there, which recovers the shard
+// if the first had journaled it — and never to another server at the same epoch,
+// however long the app waits (sim seed 206138: placed anew once the NameServer gave
+// up on the first assignment, while its server, which had journaled it, was down).
+func TestUnreportedAssignmentStaysWithItsAddress(t *testing.T) {
+	env := &routedLog{}
+	c := New(0, nil)
+	c.SetMembers([]string{"a:1", "b:1"})
+	beat := func(now int64, addr, id string, inc int64, shards ...*messages.ShardLoad) {
+		h := hb(addr, shards...)
+		h.ServerId, h.Incarnation = id, inc
+		c.ServerHeartbeat(now, h, env)
+	}
+	beat(0, "a:1", "a-1", 1)
+	beat(0, "b:1", "b-1", 1, load("busy/0/0", 1, 100, "b:1")) // the strategy picks a:1
+	now := int64(WarmupMs + 1)
+	placing := func(now int64) *messages.RouteTable {
+		return c.GetRoutes(now, &messages.GetRoutes{App: "new", Ensure: true}, nil, env)
+	}
+	placing(now)
+	if want := []string{"new/0/0@1->a:1"}; fmt.Sprint(env.sent) != fmt.Sprint(want) {
+		t.Fatalf("first placement %v, want %v", env.sent, want)
+	}
+	// a:1 keeps beating without the shard (the order is lost, or still on its way):
+	// after ServerExpiryMs it is sent again, to a:1 only.
+	for t0 := now + 500; t0 <= now+2*ServerExpiryMs+1000; t0 += 500 {
+		beat(t0, "a:1", "a-1", 1)
+		beat(t0, "b:1", "b-1", 1, load("busy/0/0", 1, 100, "b:1"))
+		c.Tick(t0, env)
+		tb := placing(t0)
+		if tb.Error.GetCode() != messages.Code_UNAVAILABLE || !strings.Contains(tb.Error.GetMessage(), "a:1") {
+			t.Fatalf("at %d: %v, want UNAVAILABLE naming a:1", t0, tb.Error)
+		}
+	}
+	if want := []string{"new/0/0@1->a:1", "new/0/0@1->a:1", "new/0/0@1->a:1"}; fmt.Sprint(env.sent) != fmt.Sprint(want) {
+		t.Fatalf("orders %v, want %v", env.sent, want)
+	}
+	// a:1 takes on load and dies; its last heartbeat comes after the last order, so
+	// the next one falls due while it still counts as alive, and b:1, now the
+	// least loaded, is where a placement anew would go. The order goes to a:1 once
+	// more, and once a:1 has expired the app waits; nothing goes to b:1.
+	down := now + 2*ServerExpiryMs + 1000
+	for t0 := down + 500; t0 <= down+3*ServerExpiryMs; t0 += 500 {
+		if t0 <= down+2000 {
+			beat(t0, "a:1", "a-1", 1, load("other/0/0", 1, 100, "a:1"))
+		}
+		beat(t0, "b:1", "b-1", 1)
+		c.Tick(t0, env)
+		placing(t0)
+	}
+	if want := "new/0/0@1->a:1"; len(env.sent) != 4 || env.sent[3] != want {
+		t.Fatalf("orders while a:1 died: %v, want one more %s", env.sent[3:], want)
+	}
+	// a:1 restarts (a new id at the address) without the shard: the order goes to it.
+	back := down + 3*ServerExpiryMs + 500
+	beat(back, "a:1", "a-2", 2)
+	c.Tick(back, env)
+	if want := "new/0/0@1->a:1"; len(env.sent) != 5 || env.sent[4] != want {
+		t.Fatalf("after the restart: %v, want a fifth order %s", env.sent, want)
+	}
+	// It reports the shard: the route is there and no order follows.
+	beat(back+100, "a:1", "a-2", 2, load("new/0/0", 1, 0, "a:1"))
+	c.Tick(back+2*ServerExpiryMs, env)
+	tb := placing(back + 2*ServerExpiryMs)
+	if tb.Error != nil || len(tb.Routes) != 1 || tb.Routes[0].ServerId != "a-2" || len(env.sent) != 5 {
+		t.Fatalf("reported: %v, routes %v, orders %v", tb.Error, tb.Routes, env.sent)
+	}
+}

@@ -3108,8 +3108,9 @@ type ServerHeartbeat struct {
 	Address       string                 `protobuf:"bytes,7,opt,name=address,proto3" json:"address,omitempty"`
 	Workers       int32                  `protobuf:"varint,8,opt,name=workers,proto3" json:"workers,omitempty"`
 	SuccessRate   float64                `protobuf:"fixed64,9,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
-	Known         []*RouteEntry          `protobuf:"bytes,10,rep,name=known,proto3" json:"known,omitempty"`              // routes the server last heard of (hearsay for a fresh NameServer)
-	Incarnation   int64                  `protobuf:"varint,11,opt,name=incarnation,proto3" json:"incarnation,omitempty"` // grows with every start of the server on its data (0 = unknown): orders two member ids at one address
+	Known         []*RouteEntry          `protobuf:"bytes,10,rep,name=known,proto3" json:"known,omitempty"`                                   // routes the server last heard of (hearsay for a fresh NameServer)
+	Incarnation   int64                  `protobuf:"varint,11,opt,name=incarnation,proto3" json:"incarnation,omitempty"`                      // grows with every start of the server on its data (0 = unknown): orders two member ids at one address
+	JournalError  string                 `protobuf:"bytes,12,opt,name=journal_error,json=journalError,proto3" json:"journal_error,omitempty"` // set once the node's journal has failed (a failed sync is fatal until a restart): it opens and takes no shard
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3219,6 +3220,13 @@ func (x *ServerHeartbeat) GetIncarnation() int64 {
 		return x.Incarnation
 	}
 	return 0
+}
+
+func (x *ServerHeartbeat) GetJournalError() string {
+	if x != nil {
+		return x.JournalError
+	}
+	return ""
 }
 
 type WorkerInfo struct {
@@ -4205,6 +4213,7 @@ type ServerStatus struct {
 	Cpu           float64                `protobuf:"fixed64,4,opt,name=cpu,proto3" json:"cpu,omitempty"`
 	Mem           float64                `protobuf:"fixed64,5,opt,name=mem,proto3" json:"mem,omitempty"`
 	LastSeenMs    int64                  `protobuf:"varint,6,opt,name=last_seen_ms,json=lastSeenMs,proto3" json:"last_seen_ms,omitempty"`
+	JournalError  string                 `protobuf:"bytes,7,opt,name=journal_error,json=journalError,proto3" json:"journal_error,omitempty"` // the server's journal failed: it serves no write and takes no shard until it restarts
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4279,6 +4288,13 @@ func (x *ServerStatus) GetLastSeenMs() int64 {
 		return x.LastSeenMs
 	}
 	return 0
+}
+
+func (x *ServerStatus) GetJournalError() string {
+	if x != nil {
+		return x.JournalError
+	}
+	return ""
 }
 
 type MoveStatus struct {
@@ -5325,7 +5341,7 @@ const file_kjob_proto_rawDesc = "" +
 	"\vfires_total\x18\x05 \x01(\x03R\n" +
 	"firesTotal\x12\x1e\n" +
 	"\x03pid\x18\x06 \x01(\v2\f.kjob.v1.RefR\x03pid\x12\x16\n" +
-	"\x06frozen\x18\a \x01(\bR\x06frozen\"\xe1\x02\n" +
+	"\x06frozen\x18\a \x01(\bR\x06frozen\"\x86\x03\n" +
 	"\x0fServerHeartbeat\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12$\n" +
 	"\x06server\x18\x02 \x01(\v2\f.kjob.v1.RefR\x06server\x12*\n" +
@@ -5338,7 +5354,8 @@ const file_kjob_proto_rawDesc = "" +
 	"\fsuccess_rate\x18\t \x01(\x01R\vsuccessRate\x12)\n" +
 	"\x05known\x18\n" +
 	" \x03(\v2\x13.kjob.v1.RouteEntryR\x05known\x12 \n" +
-	"\vincarnation\x18\v \x01(\x03R\vincarnation\"\x8b\x01\n" +
+	"\vincarnation\x18\v \x01(\x03R\vincarnation\x12#\n" +
+	"\rjournal_error\x18\f \x01(\tR\fjournalError\"\x8b\x01\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x10\n" +
@@ -5414,7 +5431,7 @@ const file_kjob_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\v2\x0e.kjob.v1.ErrorR\x05error\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\x03R\x04node\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\x0f\n" +
-	"\rClusterStatus\"\xb7\x01\n" +
+	"\rClusterStatus\"\xdc\x01\n" +
 	"\fServerStatus\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12*\n" +
@@ -5422,7 +5439,8 @@ const file_kjob_proto_rawDesc = "" +
 	"\x03cpu\x18\x04 \x01(\x01R\x03cpu\x12\x10\n" +
 	"\x03mem\x18\x05 \x01(\x01R\x03mem\x12 \n" +
 	"\flast_seen_ms\x18\x06 \x01(\x03R\n" +
-	"lastSeenMs\"{\n" +
+	"lastSeenMs\x12#\n" +
+	"\rjournal_error\x18\a \x01(\tR\fjournalError\"{\n" +
 	"\n" +
 	"MoveStatus\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +

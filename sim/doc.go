@@ -140,7 +140,11 @@
 // reported, and the app waits while nothing reports from there. The same sweep found
 // one of the simulator's own (seed 207979): its servers left a shard whose journal
 // had failed out of their heartbeats, where actors/server reports it; a fresh
-// NameServer that heard of the app from nowhere else placed it anew.
+// NameServer that heard of the app from nowhere else placed it anew. After a
+// review: a pending assignment ends when a route for its shard arrives by any way
+// (hearsay included), and a server whose journal failed says so in its heartbeats
+// (ServerHeartbeat.journal_error) and is no place for a new app nor either end of a
+// move (it would refuse the open, and the app would wait for its restart).
 //
 // Shell behaviour of today that the simulated shells avoid (a quirk switches it
 // back on to reproduce):

@@ -703,6 +703,9 @@ func (v *server) heartbeat() {
 		}
 	}
 	hb.Known = knownRoutes(v.table, v.handedTo)
+	if v.j.failed != nil {
+		hb.JournalError = v.j.failed.Error() // as actors/server
+	}
 	v.s.send(v.addr, v.ref, ns.ref, hb)
 }
 

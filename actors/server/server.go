@@ -484,6 +484,11 @@ func (a *Actor) heartbeat(ctx actor.Context) *messages.ServerHeartbeat {
 		hb.Shards = append(hb.Shards, l)
 	}
 	hb.Known = knownRoutes(a.table.Load(), a.handedTo)
+	if j, ok := a.deps.Journal.(interface{ Err() error }); ok {
+		if err := j.Err(); err != nil {
+			hb.JournalError = err.Error() // the NameServer places no shard here until a restart
+		}
+	}
 	return hb
 }
 

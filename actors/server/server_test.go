@@ -26,6 +26,13 @@ type heldJournal struct {
 	held      []func(uint64, error)
 	lsns      []uint64
 	snapshots int
+	failed    error // what Err says (persistence.Journal.Err: a failed sync)
+}
+
+func (j *heldJournal) Err() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.failed
 }
 
 func (j *heldJournal) Append(entries []persistence.Entry, cb func(uint64, error)) (uint64, uint64, error) {
@@ -566,5 +573,37 @@ func TestAssignFromAnotherNameServerIgnored(t *testing.T) {
 	res, err = sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1, Nameserver: cur}, 3*time.Second).Result()
 	if err != nil || res.(*messages.ShardOpened).Error != nil {
 		t.Fatalf("assignment from the current name server: %v %v", res, err)
+	}
+}
+
+// TestHeartbeatSaysTheJournalFailed: once the journal has failed, heartbeats say so,
+// and the NameServer then places no new app there (one would wait for a restart)
+// and moves nothing to or from it.
+func TestHeartbeatSaysTheJournalFailed(t *testing.T) {
+	j := &heldJournal{}
+	sys, pid, nsIn := startServer(t, j)
+	beat := func() *messages.ServerHeartbeat {
+		t.Helper()
+		sys.Root.Send(pid, &HeartbeatTick{})
+		deadline := time.After(2 * time.Second)
+		for {
+			select {
+			case m := <-nsIn:
+				if hb, ok := m.(*messages.ServerHeartbeat); ok {
+					return hb
+				}
+			case <-deadline:
+				t.Fatal("no heartbeat")
+			}
+		}
+	}
+	if hb := beat(); hb.JournalError != "" {
+		t.Fatalf("journal error %q on a healthy journal", hb.JournalError)
+	}
+	j.mu.Lock()
+	j.failed = errors.New("msync: input/output error")
+	j.mu.Unlock()
+	if hb := beat(); hb.JournalError != "msync: input/output error" {
+		t.Fatalf("journal error %q, want the journal's", hb.JournalError)
 	}
 }

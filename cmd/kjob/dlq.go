@@ -121,6 +121,9 @@ func clusterCmd() *cobra.Command {
 						fires += sh.FiresWindow
 					}
 					fmt.Printf("server %s %s cpu=%.2f mem=%.2f fires_window=%d\n", sv.ServerId, sv.Address, sv.Cpu, sv.Mem, fires)
+					if sv.JournalError != "" {
+						fmt.Printf("  journal failed (restart the server; it takes no shard until then): %s\n", sv.JournalError)
+					}
 					for _, sh := range sv.Shards {
 						state := ""
 						if sh.Frozen {

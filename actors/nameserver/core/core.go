@@ -472,6 +472,13 @@ func (c *Core) Tick(nowMs int64, env Env) {
 func (c *Core) resendAssignments(nowMs int64, env Env) {
 	for _, sh := range slices.Sorted(maps.Keys(c.pending)) {
 		p := c.pending[sh]
+		if root, err := route.Parse(sh); c.routes[sh] != nil || (err == nil && c.covered(root)) {
+			// Routed all the same (hearsay, or a report that did not list this
+			// assignment's shard by name): the app exists, and an order sent now to a
+			// server that does not hold it would open a second copy.
+			delete(c.pending, sh)
+			continue
+		}
 		if nowMs-p.atMs <= ServerExpiryMs {
 			continue
 		}
@@ -748,7 +755,8 @@ func (c *Core) ShardOpened(nowMs int64, serverID string, l *messages.ShardLoad, 
 		return
 	}
 	hb := &messages.ServerHeartbeat{ServerId: serverID, Server: s.hb.Server, Shards: append(append([]*messages.ShardLoad{}, s.hb.Shards...), l),
-		Cpu: s.hb.Cpu, Mem: s.hb.Mem, Address: s.hb.Address}
+		Cpu: s.hb.Cpu, Mem: s.hb.Mem, SentMs: s.hb.SentMs, Address: s.hb.Address, Workers: s.hb.Workers,
+		SuccessRate: s.hb.SuccessRate, Incarnation: s.hb.Incarnation, JournalError: s.hb.JournalError}
 	c.ServerHeartbeat(nowMs, hb, env)
 }
 
@@ -785,7 +793,10 @@ func (c *Core) Lease(nowMs int64, m *messages.LeaseNode) *messages.LeaseNodeRepl
 func (c *Core) loads(nowMs int64) []ServerLoad {
 	ids := make([]string, 0, len(c.servers))
 	for id, s := range c.servers {
-		if s.alive {
+		// A server whose journal failed can neither open a shard nor hand one on
+		// until it restarts: it is no place for a new app (which would wait there,
+		// pendingAssign) nor either end of a move.
+		if s.alive && s.hb.GetJournalError() == "" {
 			ids = append(ids, id)
 		}
 	}
@@ -823,7 +834,7 @@ func (c *Core) Status(nowMs int64) *messages.ClusterStatusReply {
 			continue
 		}
 		out.Servers = append(out.Servers, &messages.ServerStatus{ServerId: id, Address: s.hb.Address, Shards: c.current(s.hb.Shards),
-			Cpu: s.hb.Cpu, Mem: s.hb.Mem, LastSeenMs: s.lastSeen})
+			Cpu: s.hb.Cpu, Mem: s.hb.Mem, LastSeenMs: s.lastSeen, JournalError: s.hb.JournalError})
 	}
 	apps := map[string]*messages.AppStatus{}
 	var names []string

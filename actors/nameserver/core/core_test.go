@@ -473,3 +473,80 @@ func TestUnreportedAssignmentStaysWithItsAddress(t *testing.T) {
 		t.Fatalf("reported: %v, routes %v, orders %v", tb.Error, tb.Routes, env.sent)
 	}
 }
+
+// Without configured members (missing() guards nothing), an assignment still stays
+// with its address: once its server has died, nothing goes to the other one.
+func TestUnreportedAssignmentWaitsWithoutMembers(t *testing.T) {
+	env := &routedLog{}
+	c := New(0, nil)
+	c.ServerHeartbeat(0, hb("a:1"), env)
+	c.ServerHeartbeat(0, hb("b:1", load("busy/0/0", 1, 100, "b:1")), env)
+	now := int64(WarmupMs + 1)
+	c.GetRoutes(now, &messages.GetRoutes{App: "new", Ensure: true}, nil, env)
+	// a:1 dies at once; b:1 goes on, and is now the least loaded.
+	for t0 := now + 500; t0 <= now+4*ServerExpiryMs; t0 += 500 {
+		c.ServerHeartbeat(t0, hb("b:1"), env)
+		c.Tick(t0, env)
+		if tb := c.GetRoutes(t0, &messages.GetRoutes{App: "new", Ensure: true}, nil, env); tb.Error.GetCode() != messages.Code_UNAVAILABLE {
+			t.Fatalf("at %d: %v, want UNAVAILABLE", t0, tb.Error)
+		}
+	}
+	for _, o := range env.sent {
+		if !strings.HasSuffix(o, "->a:1") {
+			t.Fatalf("orders %v: one went to another address than a:1's", env.sent)
+		}
+	}
+}
+
+// A route learned otherwise than by a report of the assigned shard (hearsay from a
+// server's Known routes) ends the pending assignment: the app exists, and an order
+// sent again to a server that does not hold it would open a second copy.
+func TestRouteFromHearsayEndsThePendingAssignment(t *testing.T) {
+	env := &routedLog{}
+	c := New(0, nil)
+	c.SetMembers([]string{"a:1", "b:1"})
+	c.ServerHeartbeat(0, hb("a:1"), env)
+	c.ServerHeartbeat(0, hb("b:1", load("busy/0/0", 1, 100, "b:1")), env)
+	now := int64(WarmupMs + 1)
+	c.GetRoutes(now, &messages.GetRoutes{App: "new", Ensure: true}, nil, env)
+	h := hb("b:1", load("busy/0/0", 1, 100, "b:1"))
+	h.Known = []*messages.RouteEntry{{Shard: "new/0/0", App: "new", Owner: &messages.Ref{Address: "b:1", Id: "shard-new/0/0"}, ServerId: "b:1-id", Epoch: 1}}
+	c.ServerHeartbeat(now+100, h, env)
+	for t0 := now + 500; t0 <= now+3*ServerExpiryMs; t0 += 500 {
+		c.ServerHeartbeat(t0, hb("a:1"), env)
+		c.ServerHeartbeat(t0, hb("b:1", load("busy/0/0", 1, 100, "b:1")), env)
+		c.Tick(t0, env)
+	}
+	if len(env.sent) != 1 || len(c.pending) != 0 {
+		t.Fatalf("orders %v, pending %v: want the first order only, and nothing pending", env.sent, c.pending)
+	}
+}
+
+// A server whose journal failed (its heartbeat says so) is no place for a new app —
+// it refuses to open one, and the app would wait there for a restart — and neither
+// end of a move.
+func TestServerWithAFailedJournalTakesNoShard(t *testing.T) {
+	env := &routedLog{}
+	c := New(0, nil)
+	c.SetMembers([]string{"a:1", "b:1"})
+	bad := hb("a:1")
+	bad.JournalError = "msync: input/output error"
+	c.ServerHeartbeat(0, bad, env)
+	c.ServerHeartbeat(0, hb("b:1", load("busy/0/0", 1, 100, "b:1")), env)
+	now := int64(WarmupMs + 1)
+	c.GetRoutes(now, &messages.GetRoutes{App: "new", Ensure: true}, nil, env)
+	if want := []string{"new/0/0@1->b:1"}; fmt.Sprint(env.sent) != fmt.Sprint(want) {
+		t.Fatalf("orders %v, want %v (a:1's journal failed)", env.sent, want)
+	}
+	for _, l := range c.loads(now) {
+		if l.ID == "a:1-id" {
+			t.Fatalf("loads list a:1, whose journal failed: %v", c.loads(now))
+		}
+	}
+	// Only a:1 left, and its journal failed: nothing is placed.
+	c2 := New(0, nil)
+	c2.ServerHeartbeat(0, bad, env)
+	if tb := c2.GetRoutes(now, &messages.GetRoutes{App: "other", Ensure: true}, nil, env); tb.Error.GetCode() != messages.Code_UNAVAILABLE || len(env.sent) != 1 {
+		t.Fatalf("a lone server with a failed journal: %v, orders %v", tb.Error, env.sent)
+	}
+}

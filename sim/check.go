@@ -464,7 +464,7 @@ func (k *checker) opDone(c *client, o *op, rep *messages.JobReply) {
 }
 
 func (k *checker) markDeleted(c *client, jm *jobModel) {
-	if h := k.holder(jm.app, jm.id); h != nil && !jm.deleted {
+	if h := k.holder(jm.app, jm.id); h != nil && !jm.deleted && !k.superseded(h) {
 		if j := h.view[jm.id]; j != nil && j.Version == 1 {
 			k.failf("resurrected-by-late-create", "%s on %s holds job %d again (a CreateJob that arrived late) when its delete is acknowledged",
 				h.name, h.srv.addr, jm.id)
@@ -543,6 +543,27 @@ func (k *checker) owners() map[string]*shardHost {
 }
 
 func (k *checker) ownersChanged() { k.owners() }
+
+// superseded says h is a frozen copy whose handoff a higher epoch of the same shard
+// already carries, on a server that is up or in a journal a down one will recover:
+// its jobs are what they were when it froze, and the owner that acknowledged a
+// later command is that one. (A delete acknowledged by the target of a move,
+// whose server then crashed, left holder with the frozen source, which still held
+// the job as created: seeds 401959 and 458157.)
+func (k *checker) superseded(h *shardHost) bool {
+	if !h.core.Frozen() {
+		return false
+	}
+	for _, v := range k.s.servers {
+		if v == h.srv {
+			continue
+		}
+		if e, ok := k.held(v, h.name); ok && e > h.core.Epoch() {
+			return true
+		}
+	}
+	return false
+}
 
 // holder is the live copy, frozen or not, of the shard of app that holds job id:
 // the deepest shard, then the highest epoch.

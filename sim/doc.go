@@ -170,4 +170,9 @@
 // a new shard to the NameServer instance that assigned it, which had since gone,
 // where the real one (assignments have no sender) tells the current NameServer: a
 // fresh NameServer placed the app a second time (duplicate-placement; seed 3214).
+// A fourth, from a 100,000-seed sweep: the checker took a frozen handoff source,
+// which still held a job as created, for its owner when the move's target, which
+// had acknowledged the job's delete, was down, and called it a late create
+// (resurrected-by-late-create; seeds 401959, 458157). A frozen copy that a higher
+// epoch supersedes is no longer taken for the owner there (checker.superseded).
 package sim

@@ -121,8 +121,8 @@ func startServerNS(t *testing.T, j *heldJournal) (*actor.ActorSystem, *actor.PID
 	return sys, pid, nsIn, ns, a
 }
 
-// heartbeatShards asks the server for a heartbeat and returns the shards in it.
-func heartbeatShards(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, nsIn chan proto.Message) []string {
+// heartbeat asks the server for a heartbeat and returns it.
+func heartbeat(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, nsIn chan proto.Message) *messages.ServerHeartbeat {
 	t.Helper()
 	sys.Root.Send(pid, &HeartbeatTick{})
 	deadline := time.After(2 * time.Second)
@@ -130,16 +130,22 @@ func heartbeatShards(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, nsIn 
 		select {
 		case m := <-nsIn:
 			if hb, ok := m.(*messages.ServerHeartbeat); ok {
-				var out []string
-				for _, l := range hb.Shards {
-					out = append(out, l.Shard)
-				}
-				return out
+				return hb
 			}
 		case <-deadline:
 			t.Fatal("no heartbeat")
 		}
 	}
+}
+
+// heartbeatShards asks the server for a heartbeat and returns the shards in it.
+func heartbeatShards(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, nsIn chan proto.Message) []string {
+	t.Helper()
+	var out []string
+	for _, l := range heartbeat(t, sys, pid, nsIn).Shards {
+		out = append(out, l.Shard)
+	}
+	return out
 }
 
 func waitReply(f *actor.Future) chan any {
@@ -582,28 +588,13 @@ func TestAssignFromAnotherNameServerIgnored(t *testing.T) {
 func TestHeartbeatSaysTheJournalFailed(t *testing.T) {
 	j := &heldJournal{}
 	sys, pid, nsIn := startServer(t, j)
-	beat := func() *messages.ServerHeartbeat {
-		t.Helper()
-		sys.Root.Send(pid, &HeartbeatTick{})
-		deadline := time.After(2 * time.Second)
-		for {
-			select {
-			case m := <-nsIn:
-				if hb, ok := m.(*messages.ServerHeartbeat); ok {
-					return hb
-				}
-			case <-deadline:
-				t.Fatal("no heartbeat")
-			}
-		}
-	}
-	if hb := beat(); hb.JournalError != "" {
+	if hb := heartbeat(t, sys, pid, nsIn); hb.JournalError != "" {
 		t.Fatalf("journal error %q on a healthy journal", hb.JournalError)
 	}
 	j.mu.Lock()
 	j.failed = errors.New("msync: input/output error")
 	j.mu.Unlock()
-	if hb := beat(); hb.JournalError != "msync: input/output error" {
+	if hb := heartbeat(t, sys, pid, nsIn); hb.JournalError != "msync: input/output error" {
 		t.Fatalf("journal error %q, want the journal's", hb.JournalError)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/kjob/kjob/actors/kerr"
 	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/messages"
@@ -754,9 +756,11 @@ func (c *Core) ShardOpened(nowMs int64, serverID string, l *messages.ShardLoad, 
 	if s == nil {
 		return
 	}
-	hb := &messages.ServerHeartbeat{ServerId: serverID, Server: s.hb.Server, Shards: append(append([]*messages.ShardLoad{}, s.hb.Shards...), l),
-		Cpu: s.hb.Cpu, Mem: s.hb.Mem, SentMs: s.hb.SentMs, Address: s.hb.Address, Workers: s.hb.Workers,
-		SuccessRate: s.hb.SuccessRate, Incarnation: s.hb.Incarnation, JournalError: s.hb.JournalError}
+	// The server's last heartbeat with the new shard: every field kept, but the
+	// hearsay, which that heartbeat already brought.
+	hb := proto.Clone(s.hb).(*messages.ServerHeartbeat)
+	hb.ServerId, hb.Known = serverID, nil
+	hb.Shards = append(hb.Shards, l)
 	c.ServerHeartbeat(nowMs, hb, env)
 }
 

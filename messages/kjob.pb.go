@@ -3098,19 +3098,24 @@ func (x *ShardLoad) GetFrozen() bool {
 }
 
 type ServerHeartbeat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ServerId      string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"` // the member id (new on each process start)
-	Server        *Ref                   `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`                     // the server actor
-	Shards        []*ShardLoad           `protobuf:"bytes,3,rep,name=shards,proto3" json:"shards,omitempty"`
-	Cpu           float64                `protobuf:"fixed64,4,opt,name=cpu,proto3" json:"cpu,omitempty"`
-	Mem           float64                `protobuf:"fixed64,5,opt,name=mem,proto3" json:"mem,omitempty"`
-	SentMs        int64                  `protobuf:"varint,6,opt,name=sent_ms,json=sentMs,proto3" json:"sent_ms,omitempty"`
-	Address       string                 `protobuf:"bytes,7,opt,name=address,proto3" json:"address,omitempty"`
-	Workers       int32                  `protobuf:"varint,8,opt,name=workers,proto3" json:"workers,omitempty"`
-	SuccessRate   float64                `protobuf:"fixed64,9,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
-	Known         []*RouteEntry          `protobuf:"bytes,10,rep,name=known,proto3" json:"known,omitempty"`                                   // routes the server last heard of (hearsay for a fresh NameServer)
-	Incarnation   int64                  `protobuf:"varint,11,opt,name=incarnation,proto3" json:"incarnation,omitempty"`                      // grows with every start of the server on its data (0 = unknown): orders two member ids at one address
-	JournalError  string                 `protobuf:"bytes,12,opt,name=journal_error,json=journalError,proto3" json:"journal_error,omitempty"` // set once the node's journal has failed (a failed sync is fatal until a restart): it opens and takes no shard
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ServerId     string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"` // the member id (new on each process start)
+	Server       *Ref                   `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`                     // the server actor
+	Shards       []*ShardLoad           `protobuf:"bytes,3,rep,name=shards,proto3" json:"shards,omitempty"`
+	Cpu          float64                `protobuf:"fixed64,4,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Mem          float64                `protobuf:"fixed64,5,opt,name=mem,proto3" json:"mem,omitempty"`
+	SentMs       int64                  `protobuf:"varint,6,opt,name=sent_ms,json=sentMs,proto3" json:"sent_ms,omitempty"`
+	Address      string                 `protobuf:"bytes,7,opt,name=address,proto3" json:"address,omitempty"`
+	Workers      int32                  `protobuf:"varint,8,opt,name=workers,proto3" json:"workers,omitempty"`
+	SuccessRate  float64                `protobuf:"fixed64,9,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
+	Known        []*RouteEntry          `protobuf:"bytes,10,rep,name=known,proto3" json:"known,omitempty"`                                   // routes the server last heard of (hearsay for a fresh NameServer)
+	Incarnation  int64                  `protobuf:"varint,11,opt,name=incarnation,proto3" json:"incarnation,omitempty"`                      // grows with every start of the server on its data (0 = unknown): orders two member ids at one address
+	JournalError string                 `protobuf:"bytes,12,opt,name=journal_error,json=journalError,proto3" json:"journal_error,omitempty"` // set once the node's journal has failed (a failed sync is fatal until a restart): it opens and takes no shard
+	// Root shards assigned here whose SHARD_OPENED record was appended but is not known
+	// durable: its sync is in flight, or failed (the record may be on disk all the same,
+	// and a restart here would recover the shard). A fresh NameServer, which never sent
+	// the assignment, must not place their apps anywhere else.
+	Opening       []string `protobuf:"bytes,13,rep,name=opening,proto3" json:"opening,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3227,6 +3232,13 @@ func (x *ServerHeartbeat) GetJournalError() string {
 		return x.JournalError
 	}
 	return ""
+}
+
+func (x *ServerHeartbeat) GetOpening() []string {
+	if x != nil {
+		return x.Opening
+	}
+	return nil
 }
 
 type WorkerInfo struct {
@@ -4214,6 +4226,7 @@ type ServerStatus struct {
 	Mem           float64                `protobuf:"fixed64,5,opt,name=mem,proto3" json:"mem,omitempty"`
 	LastSeenMs    int64                  `protobuf:"varint,6,opt,name=last_seen_ms,json=lastSeenMs,proto3" json:"last_seen_ms,omitempty"`
 	JournalError  string                 `protobuf:"bytes,7,opt,name=journal_error,json=journalError,proto3" json:"journal_error,omitempty"` // the server's journal failed: it serves no write and takes no shard until it restarts
+	Opening       []string               `protobuf:"bytes,8,rep,name=opening,proto3" json:"opening,omitempty"`                               // root shards it says it is opening (ServerHeartbeat.opening): their apps wait for it
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4295,6 +4308,13 @@ func (x *ServerStatus) GetJournalError() string {
 		return x.JournalError
 	}
 	return ""
+}
+
+func (x *ServerStatus) GetOpening() []string {
+	if x != nil {
+		return x.Opening
+	}
+	return nil
 }
 
 type MoveStatus struct {
@@ -5341,7 +5361,7 @@ const file_kjob_proto_rawDesc = "" +
 	"\vfires_total\x18\x05 \x01(\x03R\n" +
 	"firesTotal\x12\x1e\n" +
 	"\x03pid\x18\x06 \x01(\v2\f.kjob.v1.RefR\x03pid\x12\x16\n" +
-	"\x06frozen\x18\a \x01(\bR\x06frozen\"\x86\x03\n" +
+	"\x06frozen\x18\a \x01(\bR\x06frozen\"\xa0\x03\n" +
 	"\x0fServerHeartbeat\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12$\n" +
 	"\x06server\x18\x02 \x01(\v2\f.kjob.v1.RefR\x06server\x12*\n" +
@@ -5355,7 +5375,8 @@ const file_kjob_proto_rawDesc = "" +
 	"\x05known\x18\n" +
 	" \x03(\v2\x13.kjob.v1.RouteEntryR\x05known\x12 \n" +
 	"\vincarnation\x18\v \x01(\x03R\vincarnation\x12#\n" +
-	"\rjournal_error\x18\f \x01(\tR\fjournalError\"\x8b\x01\n" +
+	"\rjournal_error\x18\f \x01(\tR\fjournalError\x12\x18\n" +
+	"\aopening\x18\r \x03(\tR\aopening\"\x8b\x01\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x10\n" +
@@ -5431,7 +5452,7 @@ const file_kjob_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\v2\x0e.kjob.v1.ErrorR\x05error\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\x03R\x04node\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\x0f\n" +
-	"\rClusterStatus\"\xdc\x01\n" +
+	"\rClusterStatus\"\xf6\x01\n" +
 	"\fServerStatus\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12*\n" +
@@ -5440,7 +5461,8 @@ const file_kjob_proto_rawDesc = "" +
 	"\x03mem\x18\x05 \x01(\x01R\x03mem\x12 \n" +
 	"\flast_seen_ms\x18\x06 \x01(\x03R\n" +
 	"lastSeenMs\x12#\n" +
-	"\rjournal_error\x18\a \x01(\tR\fjournalError\"{\n" +
+	"\rjournal_error\x18\a \x01(\tR\fjournalError\x12\x18\n" +
+	"\aopening\x18\b \x03(\tR\aopening\"{\n" +
 	"\n" +
 	"MoveStatus\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +

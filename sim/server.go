@@ -700,6 +700,11 @@ func (v *server) heartbeat() {
 		// heard of its app from nowhere else would place it anew (seed 207979).
 		if h := v.shards[n]; h.reported() {
 			hb.Shards = append(hb.Shards, h.load())
+		} else {
+			// Opened here, its SHARD_OPENED record not durable yet (or its sync
+			// failed): claimed, as actors/server does, so a NameServer that took over
+			// since the assignment holds its app for this address.
+			hb.Opening = append(hb.Opening, n)
 		}
 	}
 	hb.Known = knownRoutes(v.table, v.handedTo)

@@ -86,6 +86,7 @@ type Actor struct {
 	recovered []Recovered
 	children  map[string]*child
 	opening   map[string]*opening             // assigned here, SHARD_OPENED not durable yet
+	unopened  map[string]bool                 // assigned here, SHARD_OPENED appended, and then its sync failed or its actor did not start
 	handedOn  map[string]int64                // shard → highest epoch handed on from here since start (the target's)
 	movingTo  map[string]*messages.Ref        // shard → the server it is being moved to (from MoveShard)
 	handedTo  map[string]*messages.RouteEntry // shard → where it went (hearsay for a fresh NameServer)
@@ -128,7 +129,7 @@ func New(d Deps, rec []Recovered) *Actor {
 			handedOn = m
 		}
 	}
-	return &Actor{deps: d, recovered: rec, children: map[string]*child{}, opening: map[string]*opening{},
+	return &Actor{deps: d, recovered: rec, children: map[string]*child{}, opening: map[string]*opening{}, unopened: map[string]bool{},
 		handedOn: handedOn, movingTo: map[string]*messages.Ref{}, handedTo: map[string]*messages.RouteEntry{}, groups: map[string]string{}, crashAt: d.CrashAt}
 }
 
@@ -297,6 +298,9 @@ func (a *Actor) opened(ctx actor.Context, m *openDurable) {
 		return
 	}
 	delete(a.opening, m.shard)
+	// Claimed in heartbeats (Opening) until it opens, if it does not now: the record
+	// may be on disk whatever the sync said, and a restart would recover the shard.
+	a.unopened[m.shard] = true
 	var reply *messages.ShardOpened
 	if m.err != nil {
 		a.deps.Log.Warn("open shard: journal failed", "shard", m.shard, "err", m.err)
@@ -307,6 +311,7 @@ func (a *Actor) opened(ctx actor.Context, m *openDurable) {
 			panic("server: replay the SHARD_OPENED record just written: " + err.Error())
 		}
 		if c := a.spawn(ctx, core, false, o.record.LSN); c != nil {
+			delete(a.unopened, m.shard)
 			a.pushWorkers(ctx)
 			reply = &messages.ShardOpened{ServerId: a.deps.ServerID, Shard: a.loadOf(c)}
 		} else {
@@ -483,6 +488,7 @@ func (a *Actor) heartbeat(ctx actor.Context) *messages.ServerHeartbeat {
 		}
 		hb.Shards = append(hb.Shards, l)
 	}
+	hb.Opening = a.openingClaims()
 	hb.Known = knownRoutes(a.table.Load(), a.handedTo)
 	if j, ok := a.deps.Journal.(interface{ Err() error }); ok {
 		if err := j.Err(); err != nil {
@@ -490,6 +496,24 @@ func (a *Actor) heartbeat(ctx actor.Context) *messages.ServerHeartbeat {
 		}
 	}
 	return hb
+}
+
+// openingClaims lists, sorted, the shards assigned here whose SHARD_OPENED record
+// was appended but is not known durable: in flight, or failed. A NameServer that
+// started after it sent the assignment knows of these only from here, and must
+// not place their apps on another server at the same epoch meanwhile.
+func (a *Actor) openingClaims() []string {
+	var out []string
+	for n := range a.opening {
+		out = append(out, n)
+	}
+	for n := range a.unopened {
+		if a.opening[n] == nil && a.children[n] == nil {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // pushWorkers gives every local shard the workers of its group: an app's workers are

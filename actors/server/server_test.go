@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -597,4 +598,46 @@ func TestHeartbeatSaysTheJournalFailed(t *testing.T) {
 	if hb := heartbeat(t, sys, pid, nsIn); hb.JournalError != "msync: input/output error" {
 		t.Fatalf("journal error %q, want the journal's", hb.JournalError)
 	}
+}
+
+// TestHeartbeatClaimsAnOpeningShard: a shard whose SHARD_OPENED record is on its way
+// to disk, or whose sync failed (the record may be there all the same), is not
+// reported as a shard but claimed as opening, so a NameServer that took over since
+// the assignment holds its app for this server; once it opens, the claim ends.
+func TestHeartbeatClaimsAnOpeningShard(t *testing.T) {
+	j := &heldJournal{}
+	sys, pid, nsIn := startServer(t, j)
+	claims := func(when string, shards, opening []string) {
+		t.Helper()
+		hb := heartbeat(t, sys, pid, nsIn)
+		var got []string
+		for _, l := range hb.Shards {
+			got = append(got, l.Shard)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(shards) || fmt.Sprint(hb.Opening) != fmt.Sprint(opening) {
+			t.Fatalf("%s: shards %v opening %v, want %v and %v", when, got, hb.Opening, shards, opening)
+		}
+	}
+	claims("at start", nil, nil)
+	reply := waitReply(sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 5*time.Second))
+	claims("record on its way", nil, []string{"app/0/0"})
+	j.release(errors.New("disk on fire"))
+	select {
+	case <-reply:
+	case <-time.After(3 * time.Second):
+		t.Fatal("no answer after the open record failed")
+	}
+	claims("sync failed", nil, []string{"app/0/0"})
+	reply = waitReply(sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 5*time.Second))
+	claims("tried again", nil, []string{"app/0/0"})
+	j.release(nil)
+	select {
+	case r := <-reply:
+		if so, ok := r.(*messages.ShardOpened); !ok || so.Error != nil {
+			t.Fatalf("second assignment: %v", r)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("no answer to the second assignment")
+	}
+	claims("opened", []string{"app/0/0"}, nil)
 }

@@ -255,6 +255,7 @@ func (c *Core) ServerHeartbeat(nowMs int64, hb *messages.ServerHeartbeat, env En
 			}
 		}
 	}
+	c.adoptOpenings(nowMs, hb)
 	for _, k := range hb.Known { // hearsay: what the server last heard, for a fresh NameServer
 		if cur := c.routes[k.Shard]; cur == nil {
 			c.routes[k.Shard] = k
@@ -264,6 +265,26 @@ func (c *Core) ServerHeartbeat(nowMs int64, hb *messages.ServerHeartbeat, env En
 	c.splitsSettled(nowMs)
 	c.prune()
 	c.flushPush(nowMs, env)
+}
+
+// adoptOpenings binds each root shard the server says it is opening (its
+// SHARD_OPENED record appended, not known durable: see ServerHeartbeat.opening)
+// to the server's address, as if this NameServer had sent the assignment: the
+// app waits for that address and goes nowhere else at epoch 1. A NameServer that
+// took over after the assignment was sent knows of it only so; a server whose
+// sync failed may hold the record all the same, and a restart would recover it.
+// While the server says so, the assignment is not sent again (it is in hand).
+func (c *Core) adoptOpenings(nowMs int64, hb *messages.ServerHeartbeat) {
+	for _, name := range hb.Opening {
+		sh, err := route.Parse(name)
+		if err != nil || sh.Level != 0 || c.routes[name] != nil || c.covered(sh) {
+			continue // only a new app's root shard is ever assigned; a routed one exists
+		}
+		if p, ok := c.pending[name]; ok && p.address != hb.GetAddress() {
+			continue // sent elsewhere by this NameServer: that address's word decides
+		}
+		c.pending[name] = pendingAssign{atMs: nowMs, server: hb.ServerId, address: hb.GetAddress()}
+	}
 }
 
 // splitsSettled ends each split whose two halves both report at a newer epoch.
@@ -838,7 +859,7 @@ func (c *Core) Status(nowMs int64) *messages.ClusterStatusReply {
 			continue
 		}
 		out.Servers = append(out.Servers, &messages.ServerStatus{ServerId: id, Address: s.hb.Address, Shards: c.current(s.hb.Shards),
-			Cpu: s.hb.Cpu, Mem: s.hb.Mem, LastSeenMs: s.lastSeen, JournalError: s.hb.JournalError})
+			Cpu: s.hb.Cpu, Mem: s.hb.Mem, LastSeenMs: s.lastSeen, JournalError: s.hb.JournalError, Opening: s.hb.Opening})
 	}
 	apps := map[string]*messages.AppStatus{}
 	var names []string

@@ -550,3 +550,59 @@ func TestServerWithAFailedJournalTakesNoShard(t *testing.T) {
 		t.Fatalf("a lone server with a failed journal: %v, orders %v", tb.Error, env.sent)
 	}
 }
+
+// A fresh NameServer (one that took over after the assignment was sent) knows of an
+// assignment in hand only from its server's heartbeat: the shard it says it is
+// opening — its SHARD_OPENED record appended, its sync in flight or failed, so a
+// restart there may recover it — holds the app for that address. It is placed on no
+// other server at epoch 1, and once a restart there does not report the shard the
+// assignment goes to the process at that address.
+func TestOpeningShardHoldsItsAppForAFreshNameServer(t *testing.T) {
+	env := &routedLog{}
+	c := New(0, nil) // no configured members: missing() guards nothing
+	opening := func(now int64, id string, inc int64, journalErr string, names ...string) {
+		h := hb("a:1")
+		h.ServerId, h.Incarnation, h.JournalError, h.Opening = id, inc, journalErr, names
+		c.ServerHeartbeat(now, h, env)
+	}
+	// a:1 had the order from the NameServer before; its sync failed.
+	opening(0, "a-1", 1, "msync: input/output error", "new/0/0")
+	c.ServerHeartbeat(0, hb("b:1"), env)
+	placing := func(now int64) *messages.RouteTable {
+		return c.GetRoutes(now, &messages.GetRoutes{App: "new", Ensure: true}, nil, env)
+	}
+	for t0 := int64(WarmupMs + 1); t0 <= WarmupMs+3*ServerExpiryMs; t0 += 500 {
+		opening(t0, "a-1", 1, "msync: input/output error", "new/0/0")
+		c.ServerHeartbeat(t0, hb("b:1"), env)
+		c.Tick(t0, env)
+		if tb := placing(t0); tb.Error.GetCode() != messages.Code_UNAVAILABLE || !strings.Contains(tb.Error.GetMessage(), "a:1") {
+			t.Fatalf("at %d: %v, want UNAVAILABLE naming a:1", t0, tb.Error)
+		}
+	}
+	if len(env.sent) != 0 {
+		t.Fatalf("orders %v while a:1 says it is opening the shard: want none", env.sent)
+	}
+	// a:1 restarts without the record (it had not reached the disk): after
+	// ServerExpiryMs the order goes to the new process there, and nowhere else.
+	back := int64(WarmupMs + 3*ServerExpiryMs + 500)
+	for t0 := back; t0 <= back+ServerExpiryMs+500; t0 += 500 {
+		opening(t0, "a-2", 2, "")
+		c.ServerHeartbeat(t0, hb("b:1"), env)
+		c.Tick(t0, env)
+	}
+	if want := []string{"new/0/0@1->a:1"}; fmt.Sprint(env.sent) != fmt.Sprint(want) {
+		t.Fatalf("orders after the restart %v, want %v", env.sent, want)
+	}
+	// A claim of a shard that is not a root, or of an app already routed, binds nothing.
+	c.ServerHeartbeat(back+2*ServerExpiryMs, hb("b:1", load("old/0/0", 1, 0, "b:1")), env)
+	opening(back+2*ServerExpiryMs, "a-2", 2, "", "new/1/0", "old/0/0")
+	if _, ok := c.pending["new/1/0"]; ok {
+		t.Fatalf("a claim of a split half is pending: %v", c.pending)
+	}
+	if _, ok := c.pending["old/0/0"]; ok {
+		t.Fatalf("a claim of a routed app's shard is pending: %v", c.pending)
+	}
+	if st := c.Status(back + 2*ServerExpiryMs); fmt.Sprint(st.Servers[0].Opening) != "[new/1/0 old/0/0]" {
+		t.Fatalf("status of a:1 lists opening %v", st.Servers[0].Opening)
+	}
+}

@@ -193,7 +193,18 @@ func (a *admin) routes() http.Handler {
 
 // ---------------------------------------------------------------- health
 
+// healthz is liveness: a node whose journal failed is alive in no useful sense —
+// it takes no write until a restart recovers it from the disk — so it answers 503,
+// and an orchestrator's liveness probe restarts it (kjob server exits by itself
+// unless --exit-on-journal-failure=false).
 func (a *admin) healthz(w http.ResponseWriter, _ *http.Request) {
+	if a.n.journal != nil {
+		if err := a.n.JournalErr(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "journal failed", "reason": err.Error(),
+				"address": a.n.Address()})
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "address": a.n.Address(),
 		"uptime_seconds": int64(time.Since(a.n.started).Seconds())})
 }

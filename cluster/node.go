@@ -184,7 +184,8 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 				if onSync != nil {
 					onSync(took, at)
 				}
-			}})
+			},
+			FailSync: failSyncFromEnv()})
 		if err != nil {
 			recDone <- fmt.Errorf("open journal in %s: %w", cfg.DataDir, err)
 			return
@@ -683,6 +684,31 @@ func (n *Node) Routes() *messages.RouteTable { return n.actor.Table() }
 
 // NameServer is the NameServer PID this node last resolved (nil if none yet).
 func (n *Node) NameServer() *actor.PID { return n.ns.Load() }
+
+// JournalErr is the error that stopped the node's journal (a failed msync or
+// fsync), or nil. It is fatal until a restart, which recovers from the disk.
+func (n *Node) JournalErr() error { return n.journal.Err() }
+
+// JournalFailed is closed when the node's journal stops on a failed sync.
+func (n *Node) JournalFailed() <-chan struct{} { return n.journal.Failed() }
+
+// FailSyncEnv names a file in the environment of a test process: while it exists,
+// every journal sync fails as the disk's would (persistence.Options.FailSync).
+// Unset (production) nothing is installed.
+const FailSyncEnv = "KJOB_TEST_FAIL_SYNC_FILE"
+
+func failSyncFromEnv() func() error {
+	path := os.Getenv(FailSyncEnv)
+	if path == "" {
+		return nil
+	}
+	return func() error {
+		if _, err := os.Stat(path); err == nil {
+			return fmt.Errorf("injected sync failure: %s exists (%s)", path, FailSyncEnv)
+		}
+		return nil
+	}
+}
 
 // Ready reports why the node is not ready, or nil when it serves.
 func (n *Node) Ready() error {

@@ -71,6 +71,10 @@ type Options struct {
 	// when they ended, on the flusher's goroutine: it must return quickly. A
 	// failed sync is not reported here (the journal stops; Err says why).
 	OnSync func(took time.Duration, at time.Time)
+	// FailSync is a test process's fault injection (a node sets it from
+	// KJOB_TEST_FAIL_SYNC_FILE): asked before every sync, an error it returns fails
+	// that sync as the disk's would, and the journal stops. Nil in production.
+	FailSync func() error
 
 	backend    backend // tests and benchmarks only
 	noZeroFill bool    // tests only: segments only fallocated, as a rollover that finds no spare makes them
@@ -163,6 +167,7 @@ type Journal struct {
 	idleWaiters []waiter // the flusher's spare buffer
 	dirty       []*segment
 	fatal       error
+	failed      chan struct{} // closed when fatal is set
 	closed      bool
 	urgent      bool                    // something appended or waited for since the last flush wants its sync now
 	lazyBy      time.Time               // the earliest deadline of lazy appends since the last flush (zero: none)
@@ -220,6 +225,7 @@ func Open(opts Options) (*Journal, error) {
 	}
 	j := &Journal{
 		opts:       opts,
+		failed:     make(chan struct{}),
 		dirPath:    opts.Dir,
 		log:        log.With("journal", opts.Dir),
 		maxPayload: MaxPayloadBytes(opts.SegmentSizeBytes),
@@ -457,6 +463,9 @@ func (j *Journal) DurableLSN() uint64 { return j.durable.Load() }
 
 // LastLSN returns the highest LSN assigned.
 func (j *Journal) LastLSN() uint64 { return j.last.Load() }
+
+// Failed is closed when the journal stops on a failed sync (Err then says why).
+func (j *Journal) Failed() <-chan struct{} { return j.failed }
 
 // Err returns the fatal error that stopped the journal, or nil.
 func (j *Journal) Err() error {
@@ -776,7 +785,13 @@ func (j *Journal) flush() {
 		if j.opts.OnSync != nil {
 			t0 = time.Now()
 		}
+		if f := j.opts.FailSync; f != nil && len(jobs) > 0 {
+			err = f()
+		}
 		for _, jb := range jobs {
+			if err != nil {
+				break
+			}
 			synced = synced || jb.to > jb.from || jb.dir
 			if jb.to > jb.from {
 				if err = j.syncRange(jb.s, jb.from, jb.to); err != nil {
@@ -848,6 +863,7 @@ func (j *Journal) fail(err error, taken []waiter) {
 	if j.fatal == nil {
 		j.fatal = fmt.Errorf("%w: %w", ErrSyncFailed, err)
 		j.log.Error("journal stopped", "err", err)
+		close(j.failed)
 	}
 	fatal := j.fatal
 	rest := j.waiters

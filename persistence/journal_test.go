@@ -830,3 +830,37 @@ func TestOnSyncTimesEverySync(t *testing.T) {
 		t.Errorf("SyncNone: %d OnSync calls", len(calls))
 	}
 }
+
+// TestFailSyncOption: the fault injection of a test process fails the next sync as
+// the disk would (the journal stops, every waiter hears it), and Failed is closed
+// then, not before.
+func TestFailSyncOption(t *testing.T) {
+	var fail atomic.Bool
+	j := openT(t, Options{Dir: t.TempDir(), FailSync: func() error {
+		if fail.Load() {
+			return errors.New("injected")
+		}
+		return nil
+	}})
+	defer func() { _ = j.Close() }() // its error is the sync's
+	if _, err := j.AppendWait(context.Background(), Entry{Type: 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-j.Failed():
+		t.Fatal("Failed closed on a healthy journal")
+	default:
+	}
+	fail.Store(true)
+	if _, err := j.AppendWait(context.Background(), Entry{Type: 1}); !errors.Is(err, ErrSyncFailed) {
+		t.Fatalf("append with the sync failing: %v, want ErrSyncFailed", err)
+	}
+	select {
+	case <-j.Failed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Failed not closed after a failed sync")
+	}
+	if !errors.Is(j.Err(), ErrSyncFailed) || j.DurableLSN() != 1 {
+		t.Fatalf("Err %v, durable %d: want ErrSyncFailed and 1", j.Err(), j.DurableLSN())
+	}
+}

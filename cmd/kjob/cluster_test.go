@@ -398,29 +398,14 @@ func TestCLIAgainstServer(t *testing.T) {
 	bin := buildKjob(t)
 	addr := freePorts(t, 1)[0]
 	startServer(t, bin, addr, nil, filepath.Join(t.TempDir(), "data"))
-	run := func(args ...string) (string, int) {
-		out, err := exec.Command(bin, append(args, "--servers", addr)...).CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); ok {
-			return string(out), ee.ExitCode()
-		}
-		return string(out), 0
-	}
+	run := func(args ...string) (string, int) { return cli(bin, addr, args...) }
+	id := cliCreate(t, bin, addr, "cli")
 	var out string
 	var code int
-	waitUntil(t, 30*time.Second, "the server to accept a job", func() bool {
-		out, code = run("job", "create", "--app", "cli", "--handler", "echo", "--in", "1h", "--json")
-		return code == 0
-	})
-	var j struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal([]byte(strings.TrimSpace(lastLine(out))), &j); err != nil || j.ID == "" {
-		t.Fatalf("create --json printed %q", out)
-	}
-	if out, code = run("job", "get", j.ID, "--app", "cli"); code != 0 || !strings.Contains(out, "state=active") {
+	if out, code = run("job", "get", id, "--app", "cli"); code != 0 || !strings.Contains(out, "state=active") {
 		t.Fatalf("get: %d %q", code, out)
 	}
-	if out, code = run("job", "list", "--app", "cli"); code != 0 || !strings.Contains(out, j.ID) {
+	if out, code = run("job", "list", "--app", "cli"); code != 0 || !strings.Contains(out, id) {
 		t.Fatalf("list: %d %q", code, out)
 	}
 	for _, tc := range []struct {
@@ -437,12 +422,40 @@ func TestCLIAgainstServer(t *testing.T) {
 			t.Errorf("kjob %v: exit %d %q, want %d containing %q", tc.args[:3], code, out, tc.code, tc.want)
 		}
 	}
-	if out, code = run("job", "delete", j.ID, "--app", "cli"); code != 0 {
+	if out, code = run("job", "delete", id, "--app", "cli"); code != 0 {
 		t.Fatalf("delete: %d %q", code, out)
 	}
-	if out, code = run("job", "get", j.ID, "--app", "cli"); code != 3 {
+	if out, code = run("job", "get", id, "--app", "cli"); code != 3 {
 		t.Fatalf("get after delete: %d %q", code, out)
 	}
+}
+
+// cli runs the kjob CLI against the server at addr: its output and exit status.
+func cli(bin, addr string, args ...string) (string, int) {
+	out, err := exec.Command(bin, append(args, "--servers", addr)...).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	}
+	return string(out), 0
+}
+
+// cliCreate creates a one-shot job of app due in an hour with the CLI, trying until
+// the server accepts it, and returns its id.
+func cliCreate(t *testing.T, bin, addr, app string) string {
+	t.Helper()
+	var out string
+	var code int
+	waitUntil(t, 30*time.Second, "the server to accept a job", func() bool {
+		out, code = cli(bin, addr, "job", "create", "--app", app, "--handler", "echo", "--in", "1h", "--json")
+		return code == 0
+	})
+	var j struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(lastLine(out))), &j); err != nil || j.ID == "" {
+		t.Fatalf("create --json printed %q", out)
+	}
+	return j.ID
 }
 
 func lastLine(s string) string {

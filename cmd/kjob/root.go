@@ -86,6 +86,7 @@ func serverCmd() *cobra.Command {
 	var doneRetention time.Duration
 	var armMs, lazyMs int64
 	var split nscore.SplitPolicy
+	exitOnJournal := true
 	c := &cobra.Command{
 		Use:   "server",
 		Short: "run a kjob server (a cluster node); alone it is a single embedded node",
@@ -124,8 +125,16 @@ func serverCmd() *cobra.Command {
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
-			<-ctx.Done()
-			return n.Close()
+			var failed <-chan struct{}
+			if exitOnJournal {
+				failed = n.JournalFailed()
+			}
+			select {
+			case <-ctx.Done():
+				return n.Close()
+			case <-failed:
+				return journalFailedExit(n, logger())
+			}
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:7070", "address of this node's proto.actor remote")
@@ -140,8 +149,35 @@ func serverCmd() *cobra.Command {
 	c.Flags().DurationVar(&doneRetention, "done-retention", time.Duration(shardcore.DefaultDoneRetentionMs)*time.Millisecond, "how long a job that will never fire again (a one-shot that ran) stays readable with its run history")
 	c.Flags().IntVar(&split.Workers, "split-workers", nscore.DefaultSplitWorkers, "split an app's shard when the app has more live workers than this per shard (-1: never)")
 	c.Flags().Int64Var(&split.Fires, "split-fires", nscore.DefaultSplitFires, "split a shard that fires more runs than this a minute (-1: never)")
+	c.Flags().BoolVar(&exitOnJournal, "exit-on-journal-failure", true, "exit (status 1) when the journal fails a sync, so the supervisor restarts the node and the restart recovers it from the disk; false: stay up, serving reads, with /healthz and /readyz at 503 until someone restarts it")
 	return c
 }
+
+// journalFailedExit ends a server whose journal failed a sync. Nothing is
+// retried after a failed sync (the page cache may no longer match the disk), so
+// the node takes no write until a restart, which recovers every shard from what
+// reached the disk: exiting hands that to the supervisor (systemd's Restart=,
+// an orchestrator's restart policy), as databases do after a failed fsync. The
+// node leaves the cluster first if it can within closeWait.
+func journalFailedExit(n *cluster.Node, log *slog.Logger) error {
+	err := n.JournalErr()
+	log.Error("journal failed: exiting so that a restart recovers the node from its disk", "err", err)
+	done := make(chan struct{})
+	go func() {
+		_ = n.Close() // its error is the journal's
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+		log.Error("leaving the cluster took too long: exiting without it", "waited", closeWait)
+	}
+	return fmt.Errorf("journal failed (restart the server to recover it from the disk): %w", err)
+}
+
+// closeWait bounds how long a server whose journal failed waits to leave the
+// cluster before it exits.
+const closeWait = 10 * time.Second
 
 const armUsage = "a shard journals a fire up to this many ms before its due and sends it at the due, so the fire does not wait for the msync; a change to a job arriving that close to a due is applied after the fire (0: journal at the due)"
 

@@ -311,7 +311,6 @@ func (a *Actor) opened(ctx actor.Context, m *openDurable) {
 			panic("server: replay the SHARD_OPENED record just written: " + err.Error())
 		}
 		if c := a.spawn(ctx, core, false, o.record.LSN); c != nil {
-			delete(a.unopened, m.shard)
 			a.pushWorkers(ctx)
 			reply = &messages.ShardOpened{ServerId: a.deps.ServerID, Shard: a.loadOf(c)}
 		} else {
@@ -466,6 +465,7 @@ func (a *Actor) spawn(ctx actor.Context, core *shardcore.Core, open bool, lsn ui
 	}
 	c.pid = pid
 	a.children[sh.String()] = c
+	delete(a.unopened, sh.String()) // here now, however it came: no longer only claimed
 	return c
 }
 

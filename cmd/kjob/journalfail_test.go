@@ -82,6 +82,7 @@ func TestServerOnJournalFailure(t *testing.T) {
 		}
 		acked := make(chan error, 1)
 		go func() { acked <- cl.Wait() }()
+		t.Cleanup(func() { _ = cl.Process.Kill() }) // if the test ends before stop
 		return func() {
 			t.Helper()
 			_ = cl.Process.Kill()

@@ -149,7 +149,7 @@ func serverCmd() *cobra.Command {
 	c.Flags().DurationVar(&doneRetention, "done-retention", time.Duration(shardcore.DefaultDoneRetentionMs)*time.Millisecond, "how long a job that will never fire again (a one-shot that ran) stays readable with its run history")
 	c.Flags().IntVar(&split.Workers, "split-workers", nscore.DefaultSplitWorkers, "split an app's shard when the app has more live workers than this per shard (-1: never)")
 	c.Flags().Int64Var(&split.Fires, "split-fires", nscore.DefaultSplitFires, "split a shard that fires more runs than this a minute (-1: never)")
-	c.Flags().BoolVar(&exitOnJournal, "exit-on-journal-failure", true, "exit (status 1) when the journal fails a sync, so the supervisor restarts the node and the restart recovers it from the disk; false: stay up, serving reads, with /healthz and /readyz at 503 until someone restarts it")
+	c.Flags().BoolVar(&exitOnJournal, "exit-on-journal-failure", true, "exit (status 1) when the journal fails (a failed msync or fsync is fatal), so the supervisor restarts the node and the restart recovers it from the disk; false: stay up, serving reads, until someone restarts it (/healthz and /readyz answer 503 either way, so a liveness probe restarts it too)")
 	return c
 }
 

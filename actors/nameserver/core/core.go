@@ -255,13 +255,13 @@ func (c *Core) ServerHeartbeat(nowMs int64, hb *messages.ServerHeartbeat, env En
 			}
 		}
 	}
-	c.adoptOpenings(nowMs, hb)
 	for _, k := range hb.Known { // hearsay: what the server last heard, for a fresh NameServer
 		if cur := c.routes[k.Shard]; cur == nil {
 			c.routes[k.Shard] = k
 			c.dirty = true
 		}
 	}
+	c.adoptOpenings(nowMs, hb)
 	c.splitsSettled(nowMs)
 	c.prune()
 	c.flushPush(nowMs, env)
@@ -273,15 +273,17 @@ func (c *Core) ServerHeartbeat(nowMs int64, hb *messages.ServerHeartbeat, env En
 // app waits for that address and goes nowhere else at epoch 1. A NameServer that
 // took over after the assignment was sent knows of it only so; a server whose
 // sync failed may hold the record all the same, and a restart would recover it.
-// While the server says so, the assignment is not sent again (it is in hand).
+// It is sent again like any other (resendAssignments): to an open in flight that
+// only adds a waiter, a failed journal refuses it, and a shard whose actor did not
+// start gets another try.
 func (c *Core) adoptOpenings(nowMs int64, hb *messages.ServerHeartbeat) {
 	for _, name := range hb.Opening {
 		sh, err := route.Parse(name)
 		if err != nil || sh.Level != 0 || c.routes[name] != nil || c.covered(sh) {
 			continue // only a new app's root shard is ever assigned; a routed one exists
 		}
-		if p, ok := c.pending[name]; ok && p.address != hb.GetAddress() {
-			continue // sent elsewhere by this NameServer: that address's word decides
+		if _, ok := c.pending[name]; ok {
+			continue // known already (sent from here, to this address or another: that one decides)
 		}
 		c.pending[name] = pendingAssign{atMs: nowMs, server: hb.ServerId, address: hb.GetAddress()}
 	}
@@ -782,6 +784,7 @@ func (c *Core) ShardOpened(nowMs int64, serverID string, l *messages.ShardLoad, 
 	hb := proto.Clone(s.hb).(*messages.ServerHeartbeat)
 	hb.ServerId, hb.Known = serverID, nil
 	hb.Shards = append(hb.Shards, l)
+	hb.Opening = slices.DeleteFunc(hb.Opening, func(n string) bool { return n == l.GetShard() }) // open now
 	c.ServerHeartbeat(nowMs, hb, env)
 }
 

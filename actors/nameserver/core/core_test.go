@@ -556,7 +556,9 @@ func TestServerWithAFailedJournalTakesNoShard(t *testing.T) {
 // opening — its SHARD_OPENED record appended, its sync in flight or failed, so a
 // restart there may recover it — holds the app for that address. It is placed on no
 // other server at epoch 1, and once a restart there does not report the shard the
-// assignment goes to the process at that address.
+// assignment goes to the process at that address. Meanwhile it is sent again there
+// like any assignment (a shard whose actor did not start gets another try; a failed
+// journal refuses it).
 func TestOpeningShardHoldsItsAppForAFreshNameServer(t *testing.T) {
 	env := &routedLog{}
 	c := New(0, nil) // no configured members: missing() guards nothing
@@ -579,9 +581,10 @@ func TestOpeningShardHoldsItsAppForAFreshNameServer(t *testing.T) {
 			t.Fatalf("at %d: %v, want UNAVAILABLE naming a:1", t0, tb.Error)
 		}
 	}
-	if len(env.sent) != 0 {
-		t.Fatalf("orders %v while a:1 says it is opening the shard: want none", env.sent)
+	if want := []string{"new/0/0@1->a:1", "new/0/0@1->a:1", "new/0/0@1->a:1"}; fmt.Sprint(env.sent) != fmt.Sprint(want) {
+		t.Fatalf("orders %v while a:1 says it is opening the shard: want %v (sent again there every ServerExpiryMs)", env.sent, want)
 	}
+	env.sent = nil
 	// a:1 restarts without the record (it had not reached the disk): after
 	// ServerExpiryMs the order goes to the new process there, and nowhere else.
 	back := int64(WarmupMs + 3*ServerExpiryMs + 500)
@@ -604,5 +607,12 @@ func TestOpeningShardHoldsItsAppForAFreshNameServer(t *testing.T) {
 	}
 	if st := c.Status(back + 2*ServerExpiryMs); fmt.Sprint(st.Servers[0].Opening) != "[new/1/0 old/0/0]" {
 		t.Fatalf("status of a:1 lists opening %v", st.Servers[0].Opening)
+	}
+	// Once a:1 confirms the shard open, it is listed as open, and no longer as opening.
+	at := back + 2*ServerExpiryMs + 100
+	opening(at, "a-2", 2, "", "new/0/0")
+	c.ShardOpened(at+1, "a-2", load("new/0/0", 1, 0, "a:1"), env)
+	if st := c.Status(at + 1); len(st.Servers[0].Opening) != 0 || len(st.Servers[0].Shards) != 1 || len(c.pending) != 0 {
+		t.Fatalf("after ShardOpened: status of a:1 %v, pending %v", st.Servers[0], c.pending)
 	}
 }

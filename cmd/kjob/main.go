@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -37,7 +38,10 @@ func procs(envSet bool, found int) int {
 	return found + 1
 }
 
-// exitCode maps typed errors to distinct exit codes (2 = bad input).
+// exitCode maps typed errors to distinct exit codes (2 = bad input). A command
+// that ran out of time — the client retries what the cluster cannot serve now
+// until its deadline, and then gives up with the deadline's error and the last one
+// it saw — is unavailable too: a script may try it again later.
 func exitCode(err error) int {
 	switch {
 	case errors.Is(err, kerr.ErrInvalidArgument):
@@ -46,7 +50,7 @@ func exitCode(err error) int {
 		return 3
 	case errors.Is(err, kerr.ErrAlreadyExists):
 		return 4
-	case errors.Is(err, kerr.ErrUnavailable):
+	case errors.Is(err, kerr.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return 5
 	}
 	return 1

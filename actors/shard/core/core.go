@@ -204,6 +204,22 @@ type run struct {
 	// worker, which dedupes it, not to another one, which would run it again.
 	sentTo string
 	held   bool // waiting in a held queue for a worker with credit (credit.go)
+	// ownGen is Core.viewGen when st was last made this run's own (ownSt): st is
+	// shared with no snapshot view taken since, and may be changed in place. (32
+	// bits beside held keep the struct in its size class; it would take 2^32
+	// snapshots in one run's life to wrap.)
+	ownGen uint32
+}
+
+// ownSt makes r.st the run's own before it is changed in place: a snapshot view
+// taken since it last was holds the same *messages.RunState and encodes it on
+// another goroutine (copy on write; SnapshotView). Only dispatch and hold change a
+// run's state in place; every record replaces it.
+func (c *Core) ownSt(r *run) {
+	if r.ownGen != c.viewGen {
+		r.st = runStateCopyInto(new(messages.RunState), r.st)
+		r.ownGen = c.viewGen
+	}
 }
 
 type outMsg struct {
@@ -231,6 +247,7 @@ type Core struct {
 	bySeq    map[uint64]*run
 	timers   *wheel.Wheel // per run; payload = run seq
 	runSeq   uint64
+	viewGen  uint32 // snapshot views taken: a run's state shared with one is copied before it changes (ownSt)
 	dead     map[string]*messages.DeadLetter
 	runsOf   map[int64]int32 // runs (dispatched or waiting for a retry) per job id
 	expire   *wheel.Wheel    // when each finished (DONE) job leaves; payload = job id
@@ -783,7 +800,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 			c.bySeq[r.seq] = r
 			c.runsOf[st.JobId]++
 		}
-		r.st = st
+		r.st, r.ownGen = st, c.viewGen // the record's own, shared with no view
 		c.reqs.add(st.RequestId, st.JobId, st.DispatchedMs)
 		if j := c.job(st.JobId); j != nil {
 			j.running++
@@ -796,7 +813,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 	case messages.RecordType_RETRY_SCHEDULED:
 		st := m.(*messages.RunState)
 		c.runSeq++
-		r := &run{st: st, seq: c.runSeq}
+		r := &run{st: st, seq: c.runSeq, ownGen: c.viewGen}
 		c.runs[st.RunId] = r
 		c.bySeq[r.seq] = r
 		c.runsOf[st.JobId]++
@@ -1507,6 +1524,7 @@ func (c *Core) place(r *run, nowMs int64) (ok bool, waitFor string) {
 			ws = []*messages.WorkerInfo{w} // (not in place: pickWorkers may hand out a slice of c.workers)
 		}
 	}
+	c.ownSt(r)
 	if len(ws) == 0 {
 		if r.st.WorkerId != "" {
 			r.sentTo = r.st.WorkerId

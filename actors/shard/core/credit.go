@@ -120,6 +120,7 @@ func (c *Core) heldQueue(workerID string) *heldRuns {
 // hold queues r in q until a worker has credit for it; its timer is the fallback.
 func (c *Core) hold(r *run, q *heldRuns, nowMs int64) {
 	r.held = true
+	c.ownSt(r)
 	r.st.WorkerId = ""
 	c.heldN++
 	q.push(r.seq)

@@ -36,9 +36,11 @@ func (c *Core) snapshotOf(sh route.Shard, epoch int64, keep func(int64) bool, sh
 // applied is shared, not copied:
 //   - a *messages.Job is replaced by every JOB_PUT; in place, apply changes only
 //     jobMutable's fields (copied here);
-//   - a run's *messages.RunState is changed in place (worker, dispatch time), so
-//     in-flight runs are cloned (there are few: bounded by the workers' capacity
-//     and the ladder);
+//   - a run's *messages.RunState is changed in place only by a dispatch or a hold
+//     (worker, dispatch time), and then copied first if a view was taken since it
+//     last was (Core.ownSt): the view shares the runs' states as they are, and
+//     sorts them by run sequence in Encode. Cloning every run here cost about 0.9 µs
+//     a run, 90 ms of the shard's time for 100,000 runs out;
 //   - a job's history slice is trimmed in place, so its pointers are copied; a
 //     *messages.RunRecord and a *messages.DeadLetter are never changed;
 //   - the request window is copied (it is bounded).
@@ -48,7 +50,7 @@ type SnapshotView struct {
 	meta *messages.ShardMeta
 	jobs []jobView
 	hist []*messages.RunRecord // every job's history, back to back
-	runs []*messages.RunState  // clones, in run-sequence order
+	runs []seqRun              // shared (copy on write), sorted by seq in Encode
 	dead []*messages.DeadLetter
 	reqs []*messages.RequestSeen // copies: the request window, oldest first
 	cold coldView                // the compact jobs, shared copy-on-write
@@ -57,6 +59,12 @@ type SnapshotView struct {
 	app  string
 
 	fireWin, fireWinSec []int64 // copies, the fire window scaled by its share
+}
+
+// seqRun is an in-flight run's state as a view shares it, with its sequence.
+type seqRun struct {
+	seq uint64
+	st  *messages.RunState
 }
 
 // jobView is one job as the snapshot saw it: the shared definition and the copies
@@ -105,18 +113,13 @@ func (c *Core) viewOf(sh route.Shard, epoch int64, keep func(int64) bool, share 
 			runs: j.j.Runs, state: j.j.State, hist0: int32(h0), hist1: int32(len(v.hist))})
 	}
 	if len(c.bySeq) > 0 {
-		runs := make([]*run, 0, len(c.bySeq))
+		v.runs = make([]seqRun, 0, len(c.bySeq))
 		for _, r := range c.bySeq {
 			if in(r.st.JobId) {
-				runs = append(runs, r)
+				v.runs = append(v.runs, seqRun{seq: r.seq, st: r.st})
 			}
 		}
-		slices.SortFunc(runs, func(a, b *run) int { return cmp.Compare(a.seq, b.seq) })
-		v.runs = make([]*messages.RunState, len(runs))
-		sts := make([]messages.RunState, len(runs)) // one allocation for all the copies
-		for i, r := range runs {
-			v.runs[i] = runStateCopyInto(&sts[i], r.st)
-		}
+		c.viewGen++ // from now on a run's state is copied before it changes
 	}
 	for _, r := range c.reqs.entries() {
 		if in(r.JobId) {
@@ -142,7 +145,12 @@ func (v *SnapshotView) Encode() []byte {
 	v.pack.addTo(&v.jobs, &v.hist)
 	slices.SortFunc(v.jobs, func(a, b jobView) int { return cmpInt64(a.j.Id, b.j.Id) })
 	slices.SortFunc(v.dead, func(a, b *messages.DeadLetter) int { return strings.Compare(a.RunId, b.RunId) })
-	s := &messages.ShardSnapshot{Meta: v.meta, Runs: v.runs, Dead: v.dead, Requests: v.reqs,
+	slices.SortFunc(v.runs, func(a, b seqRun) int { return cmp.Compare(a.seq, b.seq) })
+	runs := make([]*messages.RunState, len(v.runs))
+	for i, r := range v.runs {
+		runs[i] = r.st
+	}
+	s := &messages.ShardSnapshot{Meta: v.meta, Runs: runs, Dead: v.dead, Requests: v.reqs,
 		FireWindow: v.fireWin, FireWindowSec: v.fireWinSec,
 		Jobs:    make([]*messages.Job, len(v.jobs), len(v.jobs)+v.cold.n),
 		History: make([]*messages.RunRecord, 0, len(v.hist))}

@@ -181,3 +181,49 @@ func refLoad(t *testing.T, c *Core, data []byte, lsn uint64) {
 	}
 	c.appended, c.durable = lsn, lsn
 }
+
+// A view shares the in-flight runs' states (it does not copy them); the core copies
+// a run's state before it changes it in place — a run that waited for a worker,
+// placed when one comes — so the view still encodes the runs as they were when it
+// was taken, on another goroutine while the core goes on (as the shell does; under
+// -race a change in place would be reported).
+func TestSnapshotViewSharesRunsCopyOnWrite(t *testing.T) {
+	c, e := newCore(1000)
+	c.SetWorkers(1000, nil, e) // no worker: the runs wait for one
+	for id := int64(1); id <= 6; id++ {
+		c.Handle(1000, client, &messages.CreateJob{Job: onceJob(id, 10)}, e)
+	}
+	c.Durable(e.lsn, nil, e)
+	c.Tick(1010, e)
+	c.Durable(e.lsn, nil, e)
+	e.take()
+	if c.InFlight() != 6 || !c.Quiescent() {
+		t.Fatalf("setup: %d in flight (want 6, waiting for a worker), quiescent %v", c.InFlight(), c.Quiescent())
+	}
+	want := c.Snapshot()
+	v := c.SnapshotView()
+	encoded := make(chan []byte)
+	go func() { encoded <- v.Encode() }()
+	// A worker comes: the waiting runs go to it, their states changed in place.
+	c.SetWorkers(1100, []*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 64}}, e)
+	c.Tick(1100, e)
+	c.Durable(e.lsn, nil, e)
+	n := 0
+	for _, s := range e.take() {
+		if _, ok := s.m.(*messages.Dispatch); ok {
+			n++
+		}
+	}
+	if n != 6 {
+		t.Fatalf("%d runs went to the new worker, want 6: the test proves nothing", n)
+	}
+	if now := c.Snapshot(); bytes.Equal(now, want) {
+		t.Fatal("the state did not change after the view: the test proves nothing")
+	}
+	if got := <-encoded; !bytes.Equal(got, want) {
+		a, b := &messages.ShardSnapshot{}, &messages.ShardSnapshot{}
+		_ = proto.Unmarshal(got, a)
+		_ = proto.Unmarshal(want, b)
+		t.Fatalf("a run changed in the view after it was taken:\n got %v\nwant %v", a.Runs, b.Runs)
+	}
+}

@@ -175,4 +175,9 @@
 // had acknowledged the job's delete, was down, and called it a late create
 // (resurrected-by-late-create; seeds 401959, 458157). A frozen copy that a higher
 // epoch supersedes is no longer taken for the owner there (checker.superseded).
+// A fifth, from the sweep of 960,001–1,060,000: a one-shot job that fired in time,
+// but whose dispatch waited for room at its app's one worker (full with a slow
+// handler) when the run ended, was called a missed due (due-run-missed; seed
+// 1018134). A run that fired and is held for credit is backpressure, not a miss
+// (Core.RunHeld); one fired and never sent for any other reason still fails.
 package sim

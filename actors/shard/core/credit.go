@@ -130,6 +130,13 @@ func (c *Core) hold(r *run, q *heldRuns, nowMs int64) {
 // Held is how many runs wait for credit at a worker.
 func (c *Core) Held() int { return c.heldN }
 
+// RunHeld says run runID is in flight and waits for credit at a worker: it fired
+// (its record is journaled) and goes when a worker has room for it.
+func (c *Core) RunHeld(runID string) bool {
+	r := c.runs[runID]
+	return r != nil && r.held
+}
+
 // sendHeld sends held runs, oldest first in each queue, while workers have credit.
 func (c *Core) sendHeld(nowMs int64) {
 	if c.heldN == 0 || !c.live || c.frozen != nil || c.failed != nil || len(c.workers) == 0 {

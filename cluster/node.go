@@ -712,7 +712,7 @@ func failSyncFromEnv() func() error {
 
 // Ready reports why the node is not ready, or nil when it serves.
 func (n *Node) Ready() error {
-	if err := n.journal.Err(); err != nil {
+	if err := n.JournalErr(); err != nil {
 		return fmt.Errorf("journal failed: %w", err)
 	}
 	if n.ns.Load() == nil {

@@ -149,6 +149,19 @@ func heartbeatShards(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, nsIn 
 	return out
 }
 
+// wantOpened waits for a ShardOpened without an error on reply.
+func wantOpened(t *testing.T, reply chan any, what string) {
+	t.Helper()
+	select {
+	case r := <-reply:
+		if so, ok := r.(*messages.ShardOpened); !ok || so.Error != nil {
+			t.Fatalf("%s: %v", what, r)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatalf("no answer to the %s", what)
+	}
+}
+
 func waitReply(f *actor.Future) chan any {
 	ch := make(chan any, 1)
 	go func() {
@@ -260,14 +273,7 @@ func TestAssignJournalFailure(t *testing.T) {
 	reply = waitReply(sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 5*time.Second))
 	time.Sleep(100 * time.Millisecond)
 	j.release(nil)
-	select {
-	case r := <-reply:
-		if so, ok := r.(*messages.ShardOpened); !ok || so.Error != nil {
-			t.Fatalf("second assignment: %v", r)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("no answer to the second assignment")
-	}
+	wantOpened(t, reply, "second assignment")
 	if n := j.count(messages.RecordType_SHARD_OPENED); n != 2 {
 		t.Fatalf("%d SHARD_OPENED records, want 2 (one failed, one durable)", n)
 	}
@@ -631,13 +637,6 @@ func TestHeartbeatClaimsAnOpeningShard(t *testing.T) {
 	reply = waitReply(sys.Root.RequestFuture(pid, &messages.AssignShard{Shard: "app/0/0", Epoch: 1}, 5*time.Second))
 	claims("tried again", nil, []string{"app/0/0"})
 	j.release(nil)
-	select {
-	case r := <-reply:
-		if so, ok := r.(*messages.ShardOpened); !ok || so.Error != nil {
-			t.Fatalf("second assignment: %v", r)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("no answer to the second assignment")
-	}
+	wantOpened(t, reply, "second assignment")
 	claims("opened", []string{"app/0/0"}, nil)
 }

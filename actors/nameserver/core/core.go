@@ -279,7 +279,7 @@ func (c *Core) ServerHeartbeat(nowMs int64, hb *messages.ServerHeartbeat, env En
 func (c *Core) adoptOpenings(nowMs int64, hb *messages.ServerHeartbeat) {
 	for _, name := range hb.Opening {
 		sh, err := route.Parse(name)
-		if err != nil || sh.Level != 0 || c.routes[name] != nil || c.covered(sh) {
+		if err != nil || sh.Level != 0 || c.exists(sh) {
 			continue // only a new app's root shard is ever assigned; a routed one exists
 		}
 		if _, ok := c.pending[name]; ok {
@@ -325,6 +325,9 @@ func (c *Core) prune() {
 		c.dirty = true
 	}
 }
+
+// exists reports whether sh is routed, or its range is covered by routed pieces.
+func (c *Core) exists(sh route.Shard) bool { return c.routes[sh.String()] != nil || c.covered(sh) }
 
 // covered reports whether both halves of sh are routed or, in turn, covered.
 func (c *Core) covered(sh route.Shard) bool {
@@ -497,7 +500,7 @@ func (c *Core) Tick(nowMs int64, env Env) {
 func (c *Core) resendAssignments(nowMs int64, env Env) {
 	for _, sh := range slices.Sorted(maps.Keys(c.pending)) {
 		p := c.pending[sh]
-		if root, err := route.Parse(sh); c.routes[sh] != nil || (err == nil && c.covered(root)) {
+		if root, err := route.Parse(sh); c.routes[sh] != nil || (err == nil && c.exists(root)) {
 			// Routed all the same (hearsay, or a report that did not list this
 			// assignment's shard by name): the app exists, and an order sent now to a
 			// server that does not hold it would open a second copy.

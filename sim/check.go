@@ -919,9 +919,14 @@ func (k *checker) final() {
 		}
 	}
 	for _, c := range k.s.clients {
-		if o := c.op; c.up && o != nil && o.startMs >= k.settleAt && k.s.now-o.startMs > OpBoundMs {
-			k.failf("liveness-op", "%s %s of job %d has been outstanding for %d ms after the cluster settled", c.addr, o.kind, o.id, k.s.now-o.startMs)
-			return
+		if !c.up {
+			continue
+		}
+		for _, o := range c.outstanding() {
+			if o.startMs >= k.settleAt && k.s.now-o.startMs > OpBoundMs {
+				k.failf("liveness-op", "%s %s of job %d has been outstanding for %d ms after the cluster settled", c.addr, o.kind, o.id, k.s.now-o.startMs)
+				return
+			}
 		}
 	}
 	if len(k.s.clients) > 0 && k.acked == 0 {

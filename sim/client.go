@@ -18,6 +18,8 @@ const (
 	opDeadlineMs     = 30_000
 	leaseRenewMs     = 1_000
 	maxJobsPerClient = 10
+	batchShare       = 0.3           // creates that start a batch (Config.Batches)
+	maxBatch         = 6             // creates in a batch
 	hotAppShare      = 0.5           // creates that go to app1 whatever the draw
 	snowflakeEpochMs = 1288834974657 // bwmarrin/snowflake's default epoch
 )
@@ -32,9 +34,10 @@ const (
 	opResume
 	opTrigger
 	opGet
+	opBatch // a CreateJobs of several creates: their first try (Config.Batches)
 )
 
-var opNames = [...]string{"create", "update", "delete", "pause", "resume", "trigger", "get"}
+var opNames = [...]string{"create", "update", "delete", "pause", "resume", "trigger", "get", "batch"}
 
 func (k opKind) String() string { return opNames[k] }
 
@@ -55,6 +58,12 @@ type op struct {
 	stage          int    // 0: pulling routes, 1: waiting for the shard
 	applied        int    // times a shard applied this call (updates)
 	appliedVersion int64  // the job version the last application made
+
+	// opBatch: the creates it carries (each an opCreate of its own, started with
+	// the batch), the batch as sent in its plain form, and whether it went packed.
+	batch  []*op
+	plain  *messages.CreateJobs
+	packed bool
 }
 
 // client is an application using the Go client: it leases a snowflake node id,
@@ -75,6 +84,7 @@ type client struct {
 	leaseQ string
 	routes map[string][]*messages.RouteEntry
 	op     *op
+	alone  []*op // creates whose batch failed, each to be tried alone, in order
 	reqN   int
 	lastMs int64
 	seq    int64
@@ -104,6 +114,7 @@ func (c *client) start() {
 	c.node = -1
 	c.routes = map[string][]*messages.RouteEntry{}
 	c.op = nil
+	c.alone = nil
 	c.s.tracef("%s: client %s starts", c.addr, c.holder)
 	inc := c.inc
 	c.lease()
@@ -122,10 +133,22 @@ func (c *client) crash() {
 	c.inc++
 	c.s.stats.ClientCrashes++
 	c.s.tracef("%s: client %s crashes", c.addr, c.holder)
-	if c.op != nil {
-		c.s.chk.opGaveUp(c, c.op, "client crashed")
-		c.op = nil
+	for _, o := range c.outstanding() {
+		c.s.chk.opGaveUp(c, o, "client crashed")
 	}
+	c.op, c.alone = nil, nil
+}
+
+// outstanding lists the calls the client has started and not finished: the
+// current one (a batch's creates) and those waiting to be tried alone.
+func (c *client) outstanding() []*op {
+	var out []*op
+	if o := c.op; o != nil && o.kind == opBatch {
+		out = append(out, o.batch...)
+	} else if o != nil {
+		out = append(out, o)
+	}
+	return append(out, c.alone...)
 }
 
 func (c *client) server() *messages.Ref {
@@ -187,6 +210,10 @@ func (c *client) deliver(from, to *messages.Ref, m any) {
 		return
 	}
 	o.cur = ""
+	if o.kind == opBatch {
+		c.batchReply(o, m)
+		return
+	}
 	switch x := m.(type) {
 	case *messages.RouteTable:
 		var rs []*messages.RouteEntry
@@ -209,9 +236,20 @@ func (c *client) deliver(from, to *messages.Ref, m any) {
 		}
 		c.s.tracef("%s: %s %d done after %d tries: %s", c.addr, o.kind, o.id, o.tries, brief(x))
 		c.s.chk.opDone(c, o, x)
-		c.op = nil
-		c.s.after(c.think(), c.nextOp)
+		c.finished()
 	}
+}
+
+// finished ends the current call; the next starts after the client's think time,
+// or at once when creates of a failed batch wait to be tried alone (cluster.Client
+// tries them at once, side by side).
+func (c *client) finished() {
+	c.op = nil
+	if len(c.alone) > 0 {
+		c.s.after(0, c.nextOp)
+		return
+	}
+	c.s.after(c.think(), c.nextOp)
 }
 
 func (c *client) think() int64 { return c.s.between(20, 600) }
@@ -219,6 +257,14 @@ func (c *client) think() int64 { return c.s.between(20, 600) }
 // nextOp chooses the next call, weighted toward creates while there are few jobs.
 func (c *client) nextOp() {
 	if !c.up || c.op != nil {
+		return
+	}
+	if len(c.alone) > 0 {
+		o := c.alone[0]
+		c.alone = c.alone[1:]
+		c.op = o
+		c.s.tracef("%s: %s %d alone, after its batch", c.addr, o.kind, o.id)
+		c.attempt()
 		return
 	}
 	app := c.s.apps[c.s.rng.IntN(len(c.s.apps))]
@@ -229,6 +275,10 @@ func (c *client) nextOp() {
 	var o *op
 	switch {
 	case len(c.jobs) == 0 || (r < 30 && len(c.jobs) < maxJobsPerClient):
+		if room := maxJobsPerClient - len(c.jobs); c.s.cfg.Batches && room >= 2 && c.s.chance(batchShare) {
+			c.startBatch(app, int(c.s.between(2, int64(min(room, maxBatch)))))
+			return
+		}
 		id, ok := c.newID()
 		if !ok {
 			c.s.after(200, c.nextOp)
@@ -290,24 +340,10 @@ func (c *client) attempt() {
 	o := c.op
 	if c.s.now > o.deadline {
 		c.s.chk.opGaveUp(c, o, "deadline")
-		c.op = nil
-		c.s.after(c.think(), c.nextOp)
+		c.finished()
 		return
 	}
-	var entry *messages.RouteEntry
-	if rs := c.routes[o.app]; len(rs) > 0 {
-		shards := make([]route.Shard, len(rs))
-		for i, r := range rs {
-			shards[i] = route.Shard{App: r.App, Level: int(r.Level), Index: r.Index}
-		}
-		if sh, ok := route.Lookup(shards, o.id); ok {
-			for _, r := range rs {
-				if r.Shard == sh.String() {
-					entry = r
-				}
-			}
-		}
-	}
+	entry := c.routeFor(o.app, o.id)
 	reply := c.replyRef("r")
 	o.cur = reply.Id
 	if entry == nil {
@@ -329,6 +365,153 @@ func (c *client) attempt() {
 			c.retryLater()
 		}
 	})
+}
+
+// routeFor is the cached route of job id of app, or nil.
+func (c *client) routeFor(app string, id int64) *messages.RouteEntry {
+	rs := c.routes[app]
+	if len(rs) == 0 {
+		return nil
+	}
+	shards := make([]route.Shard, len(rs))
+	for i, r := range rs {
+		shards[i] = route.Shard{App: r.App, Level: int(r.Level), Index: r.Index}
+	}
+	sh, ok := route.Lookup(shards, id)
+	if !ok {
+		return nil
+	}
+	var entry *messages.RouteEntry
+	for _, r := range rs {
+		if r.Shard == sh.String() {
+			entry = r
+		}
+	}
+	return entry
+}
+
+// ---------------------------------------------------------------- create batches
+
+// startBatch starts n creates of app as one call's first try, as cluster.Client
+// batches concurrent creates: one CreateJobs to the shard of the first, carrying
+// those that route there. A batch is never retried as a batch: a create whose
+// batch was lost, refused as a whole or not understood, or whose own reply says
+// NOT_OWNER or UNAVAILABLE, is tried alone, under the same request id. A create
+// without a cached route goes alone at once.
+func (c *client) startBatch(app string, n int) {
+	b := &op{kind: opBatch, app: app, startMs: c.s.now}
+	for range n {
+		id, ok := c.newID()
+		if !ok {
+			break
+		}
+		rid, ok := c.newID()
+		if !ok {
+			break
+		}
+		j := c.s.newJob(id, app, c.now())
+		o := &op{kind: opCreate, app: app, id: id, job: j, req: &messages.CreateJob{Job: j},
+			startMs: c.s.now, deadline: c.s.now + opDeadlineMs, backoff: backoffMinMs}
+		if c.s.cfg.Quirks&QuirkNoRequestIDs == 0 {
+			setRequestID(o.req, rid)
+		}
+		c.s.stats.Ops++
+		c.s.chk.opStart(c, o)
+		b.batch = append(b.batch, o)
+	}
+	if len(b.batch) == 0 {
+		c.s.after(200, c.nextOp)
+		return
+	}
+	b.id = b.batch[0].id
+	entry := c.routeFor(app, b.id)
+	if entry == nil {
+		c.s.tracef("%s: %d creates (%s), no route yet: each alone", c.addr, len(b.batch), app)
+		c.alone = append(c.alone, b.batch...)
+		c.s.after(0, c.nextOp)
+		return
+	}
+	var here []*op
+	for _, o := range b.batch {
+		if e := c.routeFor(app, o.id); e != nil && e.Shard == entry.Shard {
+			here = append(here, o)
+		} else {
+			c.alone = append(c.alone, o) // another shard's: alone, after the batch
+		}
+	}
+	b.batch = here
+	b.plain = &messages.CreateJobs{LeanReplies: c.s.chance(0.7)}
+	for _, o := range here {
+		b.plain.Jobs = append(b.plain.Jobs, o.req.(*messages.CreateJob))
+		o.tries++
+		o.sent = true
+	}
+	var msg proto.Message = b.plain
+	if c.s.chance(0.5) {
+		if p := messages.PackCreateJobs(b.plain); p != nil {
+			msg, b.packed = p, true
+		}
+	}
+	c.op = b
+	c.s.stats.Batches++
+	c.s.stats.BatchedCreates += int64(len(here))
+	reply := c.replyRef("b")
+	b.cur = reply.Id
+	c.s.tracef("%s: batch of %d creates (%s) to %s, packed=%v lean=%v", c.addr, len(here), app, entry.Shard, b.packed, b.plain.LeanReplies)
+	c.s.send(c.addr, reply, entry.Owner, msg)
+	inc, cur := c.inc, b.cur
+	c.s.after(requestTimeoutMs, func() {
+		if c.up && c.inc == inc && c.op == b && b.cur == cur {
+			b.cur = ""
+			c.batchFailed(b, "timed out")
+		}
+	})
+}
+
+// batchReply takes a batch's reply: each create's own answer, or a failure of the
+// whole batch.
+func (c *client) batchReply(b *op, m any) {
+	rep, ok := m.(*messages.CreateJobsReply)
+	var replies []*messages.JobReply
+	switch {
+	case !ok:
+		c.batchFailed(b, "answered "+brief(m))
+		return
+	case rep.Error != nil:
+		c.batchFailed(b, "refused as a whole: "+rep.Error.GetMessage())
+		return
+	case b.packed && !rep.TakesPacked:
+		c.batchFailed(b, "packed and not read")
+		return
+	default:
+		var err error
+		if replies, err = rep.Expand(b.plain.Jobs); err != nil {
+			c.batchFailed(b, err.Error())
+			return
+		}
+	}
+	c.op = nil
+	for i, o := range b.batch {
+		if e := replies[i].GetError(); e != nil && (e.Code == messages.Code_NOT_OWNER || e.Code == messages.Code_UNAVAILABLE) {
+			c.s.tracef("%s: create %d of the batch: %s, alone next", c.addr, o.id, e.Code)
+			c.s.stats.BatchFallbacks++
+			c.alone = append(c.alone, o)
+			continue
+		}
+		c.s.tracef("%s: create %d done in a batch: %s", c.addr, o.id, brief(replies[i]))
+		c.s.chk.opDone(c, o, replies[i])
+	}
+	c.finished()
+}
+
+// batchFailed sends a failed batch's creates alone, after a route refresh, as
+// cluster.Client does.
+func (c *client) batchFailed(b *op, why string) {
+	c.s.tracef("%s: batch of %d failed (%s): each alone", c.addr, len(b.batch), why)
+	c.s.stats.BatchFallbacks += int64(len(b.batch))
+	delete(c.routes, b.app)
+	c.alone = append(b.batch, c.alone...)
+	c.finished()
 }
 
 func (c *client) retryLater() {

@@ -236,6 +236,11 @@ type Config struct {
 	// LazySyncMs is every shard core's Config.LazySyncMs (DefaultConfig: what a
 	// node uses); the simulated journal lets such appends wait as the real one does.
 	LazySyncMs int64
+	// Batches: clients send some of their creates together, in CreateJobs
+	// batches (plain or packed, lean replies or not), each create of a failed
+	// batch then tried alone under its request id, as cluster.Client does.
+	// DefaultConfig sets it; a run without it never draws for it.
+	Batches bool
 	// Quirks switch the simulated shells back to known-buggy behaviour.
 	Quirks Quirk
 	// Trace, when set, receives every trace line as it is written.
@@ -261,7 +266,7 @@ const (
 
 // DefaultConfig is the configuration of `kjob sim --seed seed`: every fault kind.
 func DefaultConfig(seed uint64) Config {
-	return Config{Seed: seed, Faults: AllFaults, ArmMs: shardcore.DefaultArmMs, LazySyncMs: shardcore.DefaultLazySyncMs}
+	return Config{Seed: seed, Faults: AllFaults, ArmMs: shardcore.DefaultArmMs, LazySyncMs: shardcore.DefaultLazySyncMs, Batches: true}
 }
 
 func (c *Config) defaults() {
@@ -296,6 +301,9 @@ func (c Config) ReplayCommand() string {
 	}
 	if c.LazySyncMs != shardcore.DefaultLazySyncMs {
 		cmd += fmt.Sprintf(" --lazy-sync-ms %d", c.LazySyncMs)
+	}
+	if !c.Batches {
+		cmd += " --batches=false"
 	}
 	m := c.Mutations
 	if m.AckBeforeDurable {
@@ -357,13 +365,16 @@ type Stats struct {
 	// among them; Imports shards activated by an import (a split makes two).
 	Moves, MoveOrders, MovesDone, SplitsDone, Imports int64
 	Ops, OpsAcked, OpsGaveUp                          int64
-	Creates, Deletes                                  int64
-	Fires, Executions, Retries, DeadLetters           int64
-	Recoveries, RecordsReplayed                       int64
-	ChecksRun                                         int64
-	StaleResults                                      int64 // results delivered to a shard at another epoch
-	RetriesExact                                      int64 // retries checked to the millisecond against the ladder
-	MaxLateMs                                         int64 // largest fire lateness once settled
+	// Batches are CreateJobs the clients sent (Config.Batches), BatchedCreates the
+	// creates they carried, BatchFallbacks the creates then tried alone.
+	Batches, BatchedCreates, BatchFallbacks int64
+	Creates, Deletes                        int64
+	Fires, Executions, Retries, DeadLetters int64
+	Recoveries, RecordsReplayed             int64
+	ChecksRun                               int64
+	StaleResults                            int64 // results delivered to a shard at another epoch
+	RetriesExact                            int64 // retries checked to the millisecond against the ladder
+	MaxLateMs                               int64 // largest fire lateness once settled
 }
 
 // Result is the outcome of one run.

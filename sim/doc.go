@@ -70,6 +70,11 @@
 // client.go) mirror the worker shell and cluster.Client: dedupe by run and attempt,
 // result resends until acked; one call at a time, retried on timeout, NOT_OWNER and
 // UNAVAILABLE with back-off after a route refresh, a call done only on its reply.
+// With Config.Batches (the default) a client also starts a few creates together,
+// as one CreateJobs to their shard (plain or packed, lean replies or not): the
+// batch is their first try only, and a create whose batch failed (lost, refused,
+// answered by a server without the shard) or whose own reply says NOT_OWNER or
+// UNAVAILABLE is tried alone under its request id, as cluster.Client does.
 //
 // # What it does not cover yet
 //

@@ -115,12 +115,13 @@ func TestSweep(t *testing.T) {
 	t.Logf("%d seeds in %v: %.0f seeds/s, %.0f events/s", n, d.Round(time.Millisecond), float64(n)/d.Seconds(), float64(steps)/d.Seconds())
 	t.Logf("in all: %d events, %d msgs (%d dropped, %d duplicated), crashes %d servers / %d workers / %d clients, "+
 		"%d torn tails, %d fsync failures, %d partitions, %d clock jumps, %d handoffs done (%d splits; %d begun, %d ordered by the NameServer), "+
-		"%d calls (%d acked, %d gave up), "+
+		"%d calls (%d acked, %d gave up; %d create batches of %d creates, %d creates then alone), "+
 		"%d fires, %d executions, %d retries, %d dead letters, %d recoveries, %d stale-epoch results",
 		total.Events, total.Messages, total.Dropped, total.Duplicated,
 		total.ServerCrashes, total.WorkerCrashes, total.ClientCrashes,
 		total.TornTails, total.FsyncFailures, total.Partitions, total.ClockJumps,
 		total.MovesDone, total.SplitsDone, total.Moves, total.MoveOrders, total.Ops, total.OpsAcked, total.OpsGaveUp,
+		total.Batches, total.BatchedCreates, total.BatchFallbacks,
 		total.Fires, total.Executions, total.Retries, total.DeadLetters,
 		total.Recoveries, total.StaleResults)
 	for _, inv := range sortedKeys(known) {
@@ -172,6 +173,9 @@ func add(t *Stats, s Stats) {
 	t.Ops += s.Ops
 	t.OpsAcked += s.OpsAcked
 	t.OpsGaveUp += s.OpsGaveUp
+	t.Batches += s.Batches
+	t.BatchedCreates += s.BatchedCreates
+	t.BatchFallbacks += s.BatchFallbacks
 	t.Fires += s.Fires
 	t.Executions += s.Executions
 	t.Retries += s.Retries
@@ -351,7 +355,8 @@ func parseRegression(fields []string) (Config, string, error) {
 	// Lines without arm= were found before shards armed fires (Config.ArmMs), and
 	// replay the harness they were found with.
 	cfg.ArmMs = 0
-	cfg.LazySyncMs = 0 // (and before lazy syncs: lazy=)
+	cfg.LazySyncMs = 0  // (and before lazy syncs: lazy=)
+	cfg.Batches = false // (and before the clients' create batches: batch)
 	for _, opt := range fields[2:] {
 		k, v, _ := strings.Cut(opt, "=")
 		switch k {
@@ -365,6 +370,8 @@ func parseRegression(fields []string) (Config, string, error) {
 			cfg.ArmMs, err = strconv.ParseInt(v, 10, 64)
 		case "lazy":
 			cfg.LazySyncMs, err = strconv.ParseInt(v, 10, 64)
+		case "batch":
+			cfg.Batches = true
 		case "balance": // a long run with the balance check (as TestBalanceAfterFaults)
 			cfg.DurationMs, cfg.HealMs, cfg.CheckBalance = BalanceRunMs, BalanceHealMs, true
 		default:

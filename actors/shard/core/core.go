@@ -194,6 +194,12 @@ type job struct {
 	history []*messages.RunRecord // oldest first, bounded by Config.History
 }
 
+// unfollowed is a failed attempt's run and error, its retry or dead letter to come.
+type unfollowed struct {
+	st  *messages.RunState
+	err string
+}
+
 type run struct {
 	st     *messages.RunState
 	seq    uint64
@@ -242,15 +248,21 @@ type Core struct {
 	packBuf  []byte         // packing's scratch buffer
 	compiled compiledFor    // create → apply (commands.go)
 	warmSum  uint32         // what warming the cold index read (commands.go): kept so the reads stay
-	due      *wheel.Wheel   // next fire per job; payload = job id
-	runs     map[string]*run
-	bySeq    map[uint64]*run
-	timers   *wheel.Wheel // per run; payload = run seq
-	runSeq   uint64
-	viewGen  uint32 // snapshot views taken: a run's state shared with one is copied before it changes (ownSt)
-	dead     map[string]*messages.DeadLetter
-	runsOf   map[int64]int32 // runs (dispatched or waiting for a retry) per job id
-	expire   *wheel.Wheel    // when each finished (DONE) job leaves; payload = job id
+	loadRuns map[int64]int  // while LoadSnapshot puts the jobs in: each job's runs in the snapshot, out or on the ladder (setDue)
+	// unfollowed are the failed attempts whose RUN_FINISHED is applied and whose
+	// retry or dead letter is not (yet): empty after every step; after a replay,
+	// what a crash cut between the two records (Recovered follows them).
+	unfollowed map[string]unfollowed
+
+	due     *wheel.Wheel // next fire per job; payload = job id
+	runs    map[string]*run
+	bySeq   map[uint64]*run
+	timers  *wheel.Wheel // per run; payload = run seq
+	runSeq  uint64
+	viewGen uint32 // snapshot views taken: a run's state shared with one is copied before it changes (ownSt)
+	dead    map[string]*messages.DeadLetter
+	runsOf  map[int64]int32 // runs (dispatched or waiting for a retry) per job id
+	expire  *wheel.Wheel    // when each finished (DONE) job leaves; payload = job id
 
 	workers   []*messages.WorkerInfo
 	known     map[string]*messages.WorkerInfo // every live worker of the app, by id
@@ -704,6 +716,24 @@ func (c *Core) Recovered(nowMs int64, durableLSN uint64, env Env) {
 			c.dispatch(r, nowMs)
 		}
 	}
+	// A failed attempt whose RUN_FINISHED reached the disk and whose retry or dead
+	// letter did not (the two records of one append, a crash cutting the journal
+	// between them): follow it now, or the run is never tried again and never
+	// dead-lettered (and a fixed-delay job waiting for it never fires again).
+	if len(c.unfollowed) > 0 {
+		ids = ids[:0]
+		for id := range c.unfollowed {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			u := c.unfollowed[id]
+			if j := c.job(u.st.JobId); j != nil { // (a deleted job's runs go with it)
+				c.followFailure(u.st, j, u.err, nowMs)
+			}
+		}
+		c.unfollowed = nil
+	}
 	c.misfires(nowMs)
 	c.flush(env)
 }
@@ -812,6 +842,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		}
 	case messages.RecordType_RETRY_SCHEDULED:
 		st := m.(*messages.RunState)
+		delete(c.unfollowed, st.RunId)
 		c.runSeq++
 		r := &run{st: st, seq: c.runSeq, ownGen: c.viewGen}
 		c.runs[st.RunId] = r
@@ -824,6 +855,15 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 				c.remember(j, rec)
 			}
 			break
+		}
+		if r := c.runs[rec.RunId]; r != nil && rec.Outcome != messages.Outcome_SUCCEEDED {
+			// A failed attempt: its retry or dead letter is the next record, in
+			// the same append. Until that is applied too, the run is unfollowed
+			// (a crash may keep this record and lose that one: Recovered).
+			if c.unfollowed == nil {
+				c.unfollowed = map[string]unfollowed{}
+			}
+			c.unfollowed[rec.RunId] = unfollowed{st: r.st, err: rec.Error}
 		}
 		c.dropRun(rec.RunId)
 		if j := c.job(rec.JobId); j != nil {
@@ -841,6 +881,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		}
 	case messages.RecordType_DEAD_LETTERED:
 		d := m.(*messages.DeadLetter)
+		delete(c.unfollowed, d.RunId)
 		c.dropRun(d.RunId)
 		c.dead[d.RunId] = d
 	case messages.RecordType_DEAD_LETTER_REMOVED:
@@ -906,7 +947,9 @@ func (c *Core) setDue(j *job, dueMs int64) {
 		c.due.Cancel(j.handle)
 		j.handle = 0
 	}
-	waitsForFinish := j.j.Schedule.GetKind() == messages.ScheduleKind_FIXED_DELAY && j.running > 0
+	// A fixed-delay job's next due comes with its run's finish; a snapshot's job goes
+	// in before its runs (LoadSnapshot), which count as well.
+	waitsForFinish := j.j.Schedule.GetKind() == messages.ScheduleKind_FIXED_DELAY && (j.running > 0 || c.loadRuns[j.j.Id] > 0)
 	if dueMs == 0 && j.j.State == messages.JobState_ACTIVE && j.j.Schedule.GetKind() != messages.ScheduleKind_API_ONLY && !waitsForFinish {
 		j.j.State = messages.JobState_DONE
 	}
@@ -1458,14 +1501,17 @@ func (c *Core) pickWorkers(r *run) []*messages.WorkerInfo {
 	}
 }
 
-func (c *Core) params(r *run) []byte {
-	if r.st.HasParams {
-		return r.st.Params
+func (c *Core) params(r *run) []byte { return c.paramsOf(r.st) }
+
+// paramsOf is the params run st goes with: its own (a trigger's), else its job's.
+func (c *Core) paramsOf(st *messages.RunState) []byte {
+	if st.HasParams {
+		return st.Params
 	}
-	if j := c.job(r.st.JobId); j != nil {
+	if j := c.job(st.JobId); j != nil {
 		return j.j.Params
 	}
-	return r.st.Params
+	return st.Params
 }
 
 // routeKeyValue extracts the top-level JSON field key from params ("" if absent).
@@ -1593,7 +1639,13 @@ func (c *Core) finish(r *run, res *messages.RunResult, nowMs int64) {
 	if ok {
 		return
 	}
-	if !last {
+	c.followFailure(st, j, res.Error, nowMs)
+}
+
+// followFailure puts a failed attempt of run st (finished by a RUN_FINISHED just
+// emitted) on its ladder, or in the dead-letter queue after its last attempt.
+func (c *Core) followFailure(st *messages.RunState, j *job, errText string, nowMs int64) {
+	if st.Attempt < c.attempts(j) {
 		lad := c.ladder(j)
 		level := int(st.Attempt - 1)
 		if level >= len(lad) {
@@ -1603,7 +1655,7 @@ func (c *Core) finish(r *run, res *messages.RunResult, nowMs int64) {
 		next.Attempt++
 		next.Level = int32(level)
 		next.DeadlineMs = nowMs + lad[level]
-		next.LastError = res.Error
+		next.LastError = errText
 		next.WorkerId = ""
 		if c.cfg.Mutations.ForgetRetryRecord {
 			c.apply(messages.RecordType_RETRY_SCHEDULED, next)
@@ -1614,8 +1666,8 @@ func (c *Core) finish(r *run, res *messages.RunResult, nowMs int64) {
 		return
 	}
 	d := &messages.DeadLetter{
-		RunId: st.RunId, JobId: st.JobId, App: st.App, Handler: st.Handler, Params: c.params(r),
-		DueMs: st.DueMs, Attempts: st.Attempt, LastError: res.Error, DeadMs: nowMs, Shard: c.cfg.Shard.String(),
+		RunId: st.RunId, JobId: st.JobId, App: st.App, Handler: st.Handler, Params: c.paramsOf(st),
+		DueMs: st.DueMs, Attempts: st.Attempt, LastError: errText, DeadMs: nowMs, Shard: c.cfg.Shard.String(),
 	}
 	if j != nil {
 		d.App, d.Handler = j.j.App, j.j.Handler

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"regexp"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -436,5 +437,67 @@ func TestTakenOverRunGoesBackToItsWorker(t *testing.T) {
 	}
 	if len(to) != 1 || to[0] != "w" {
 		t.Fatalf("the taken-over run went to %v, want once to w1 (address w)", to)
+	}
+}
+
+// A failed attempt's RUN_FINISHED and its retry (or, after the last attempt, its
+// dead letter) are two records of one append. A crash may keep the first and lose
+// the second: recovery then follows the failure itself, or the run would never be
+// tried again nor dead-lettered (sim seed 86: a fixed-delay job stopped for good).
+func TestRecoveryFollowsAFailureWhoseRetryWasLost(t *testing.T) {
+	for _, attempts := range []int32{3, 1} { // a retry lost; a dead letter lost
+		c, e := newCore(1000)
+		j := onceJob(7, 0)
+		j.Policy = &messages.Policy{Attempts: attempts, LadderMs: []int64{300}}
+		c.Handle(1000, client, &messages.CreateJob{Job: j}, e)
+		c.Tick(1000, e)
+		c.Durable(e.lsn, nil, e)
+		e.take()
+		c.Handle(1100, wref, &messages.RunResult{RunId: "7:1000", Attempt: 1, Epoch: 1, WorkerId: "w1", Outcome: messages.Outcome_FAILED, Error: "boom", StartMs: 1000, EndMs: 1100}, e)
+		c.Durable(e.lsn, nil, e)
+		n := len(e.log)
+		follow := messages.RecordType(e.log[n-1].Type)
+		if messages.RecordType(e.log[n-2].Type) != messages.RecordType_RUN_FINISHED || (follow != messages.RecordType_RETRY_SCHEDULED && follow != messages.RecordType_DEAD_LETTERED) {
+			t.Fatalf("attempts=%d: the failure's records are %v, %v", attempts, messages.RecordType(e.log[n-2].Type), follow)
+		}
+		// The crash kept every record but the last.
+		r := New(Config{Shard: c.Shard(), Self: &messages.Ref{Address: "s", Id: "shard"}}, 1200, 1)
+		for _, rec := range e.log[:n-1] {
+			if err := r.Replay(rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e2 := &fakeEnv{lsn: e.log[n-2].LSN}
+		r.Recovered(1200, e2.lsn, e2)
+		r.Durable(e2.lsn, nil, e2)
+		r.SetWorkers(1200, []*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 4}}, e2)
+		var got []messages.RecordType
+		for _, rec := range e2.log {
+			got = append(got, messages.RecordType(rec.Type))
+		}
+		if !slices.Contains(got, follow) {
+			t.Fatalf("attempts=%d: recovery journaled %v; want the lost %v again", attempts, got, follow)
+		}
+		if attempts == 1 {
+			if l := r.dead["7:1000"]; l == nil || l.LastError != "boom" || l.Attempts != 1 {
+				t.Fatalf("the dead letter after recovery: %v", l)
+			}
+			continue
+		}
+		run := r.runs["7:1000"]
+		if run == nil || run.st.Level != 0 || run.st.Attempt != 2 || run.st.DeadlineMs != 1200+300 || run.st.LastError != "boom" {
+			t.Fatalf("the retry after recovery: %v", run)
+		}
+		r.Tick(1500, e2) // its ladder delay over: the second attempt goes out
+		r.Durable(e2.lsn, nil, e2)
+		sent := false
+		for _, m := range e2.take() {
+			if d, ok := m.m.(*messages.Dispatch); ok && d.RunId == "7:1000" && d.Attempt == 2 {
+				sent = true
+			}
+		}
+		if !sent {
+			t.Fatal("the retry recovered was not dispatched at its due")
+		}
 	}
 }

@@ -268,7 +268,18 @@ func (c *Core) LoadSnapshot(data []byte, lsn uint64) error {
 	for _, r := range s.Requests { // first, oldest first: the window keeps its order
 		c.reqs.add(r.RequestId, r.JobId, r.AtMs)
 	}
-	if err := decodeJobs(jobs, func(j *messages.Job) { c.apply(messages.RecordType_JOB_PUT, j) }); err != nil {
+	// A fixed-delay job whose run is out, or on the ladder, waits for its finish
+	// with no next due (setDue): its runs come after it, so setDue is told of them
+	// ahead, or the job would load as DONE and never fire again.
+	for _, st := range s.Runs {
+		if c.loadRuns == nil {
+			c.loadRuns = map[int64]int{}
+		}
+		c.loadRuns[st.JobId]++
+	}
+	err = decodeJobs(jobs, func(j *messages.Job) { c.apply(messages.RecordType_JOB_PUT, j) })
+	c.loadRuns = nil
+	if err != nil {
 		return fmt.Errorf("shard %s: snapshot at lsn %d: job: %w", c.cfg.Shard, lsn, err)
 	}
 	for _, h := range s.History {
@@ -283,6 +294,7 @@ func (c *Core) LoadSnapshot(data []byte, lsn uint64) error {
 			st2 := proto.Clone(st).(*messages.RunState)
 			st2.Fire = false // its effect on the job is in the job already
 			c.apply(messages.RecordType_RUN_DISPATCHED, st2)
+			st2.Fire = st.Fire // the run's own (a fire's finish sets a fixed-delay job's next due)
 		}
 	}
 	for _, d := range s.Dead {

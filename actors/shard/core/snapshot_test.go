@@ -139,6 +139,8 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 		refLoad(t, ref, want, e.lsn)
 		if got := r.Snapshot(); !bytes.Equal(got, ref.Snapshot()) {
 			t.Fatalf("n=%d: the loaded state differs from a plain decode's", n)
+		} else if !bytes.Equal(got, want) {
+			t.Fatalf("n=%d: the loaded shard's snapshot differs from the one it loaded", n)
 		}
 		if err := New(Config{Shard: c.Shard()}, 1000, 1).LoadSnapshot(want[:len(want)-3], e.lsn); err == nil {
 			t.Fatalf("n=%d: a truncated snapshot loaded without an error", n)
@@ -155,9 +157,14 @@ func refLoad(t *testing.T, c *Core, data []byte, lsn uint64) {
 	for _, r := range s.Requests {
 		c.reqs.add(r.RequestId, r.JobId, r.AtMs)
 	}
+	c.loadRuns = map[int64]int{}
+	for _, st := range s.Runs {
+		c.loadRuns[st.JobId]++
+	}
 	for _, j := range s.Jobs {
 		c.apply(messages.RecordType_JOB_PUT, j)
 	}
+	c.loadRuns = nil
 	for _, h := range s.History {
 		if j := c.jobs[h.JobId]; j != nil {
 			j.history = append(j.history, h)
@@ -170,6 +177,7 @@ func refLoad(t *testing.T, c *Core, data []byte, lsn uint64) {
 			st2 := proto.Clone(st).(*messages.RunState)
 			st2.Fire = false
 			c.apply(messages.RecordType_RUN_DISPATCHED, st2)
+			st2.Fire = st.Fire
 		}
 	}
 	for _, d := range s.Dead {
@@ -225,5 +233,70 @@ func TestSnapshotViewSharesRunsCopyOnWrite(t *testing.T) {
 		_ = proto.Unmarshal(got, a)
 		_ = proto.Unmarshal(want, b)
 		t.Fatalf("a run changed in the view after it was taken:\n got %v\nwant %v", a.Runs, b.Runs)
+	}
+}
+
+// A fixed-delay job waits for its run's finish for its next due. A snapshot taken
+// while that run is out — dispatched, or waiting on the ladder after a failure —
+// must load as the job it was: active, its run's finish setting the next due. It
+// loaded as DONE (the job went in before its runs, so it looked to have none and
+// no next due), and never fired again; and a loaded run lost its fire flag. Found
+// by the simulator's snapshots (sim seed 4).
+func TestLoadSnapshotKeepsAFixedDelayJobWaitingForItsRun(t *testing.T) {
+	for _, failFirst := range []bool{false, true} {
+		c, e := newCore(1000)
+		j := &messages.Job{Id: 7, App: "app", Handler: "h", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_FIXED_DELAY, EveryMs: 500},
+			Policy: &messages.Policy{Attempts: 3, LadderMs: []int64{200}}}
+		c.Handle(1000, client, &messages.CreateJob{Job: j}, e)
+		c.Durable(e.lsn, nil, e)
+		c.Tick(1500, e) // the first due: dispatched
+		c.Durable(e.lsn, nil, e)
+		var d *messages.Dispatch
+		for _, m := range e.take() {
+			if x, ok := m.m.(*messages.Dispatch); ok {
+				d = x
+			}
+		}
+		if d == nil {
+			t.Fatal("the first due was not dispatched")
+		}
+		now := int64(1600)
+		if failFirst { // the first attempt fails: the run waits on the ladder
+			c.Handle(now, wref, &messages.RunResult{RunId: d.RunId, Attempt: 1, Epoch: 1, WorkerId: "w1", Outcome: messages.Outcome_FAILED, StartMs: 1500, EndMs: now}, e)
+			c.Durable(e.lsn, nil, e)
+			e.take()
+		}
+		if !c.Quiescent() {
+			t.Fatal("not quiescent")
+		}
+		snap := c.Snapshot()
+		r := New(Config{Shard: c.Shard(), Self: &messages.Ref{Address: "s", Id: "shard"}}, now, 1)
+		if err := r.LoadSnapshot(snap, e.lsn); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Snapshot(); !bytes.Equal(got, snap) {
+			t.Fatalf("failFirst=%v: the loaded shard's snapshot differs from the one it loaded (%d bytes against %d)", failFirst, len(got), len(snap))
+		}
+		got := r.reply(7)
+		if got.GetState() != messages.JobState_ACTIVE {
+			t.Fatalf("failFirst=%v: the loaded job is %s, want ACTIVE", failFirst, got.GetState())
+		}
+		// The loaded shard finishes the run: the job gets its next due.
+		e2 := &fakeEnv{lsn: e.lsn}
+		r.Recovered(now, e.lsn, e2)
+		r.SetWorkers(now, []*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 4}}, e2)
+		attempt := int32(1)
+		if failFirst {
+			now = 1900 // past the ladder's 200 ms: the second attempt goes out
+			r.Tick(now, e2)
+			r.Durable(e2.lsn, nil, e2)
+			e2.take()
+			attempt = 2
+		}
+		r.Handle(now, wref, &messages.RunResult{RunId: d.RunId, Attempt: attempt, Epoch: 1, WorkerId: "w1", Outcome: messages.Outcome_SUCCEEDED, StartMs: now, EndMs: now}, e2)
+		r.Durable(e2.lsn, nil, e2)
+		if got := r.reply(7); got.GetState() != messages.JobState_ACTIVE || got.GetNextDueMs() != now+500 {
+			t.Fatalf("failFirst=%v: after the run's finish the job is %s, next due %d; want ACTIVE, %d", failFirst, got.GetState(), got.GetNextDueMs(), now+500)
+		}
 	}
 }

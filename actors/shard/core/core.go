@@ -728,7 +728,8 @@ func (c *Core) Recovered(nowMs int64, durableLSN uint64, env Env) {
 		sort.Strings(ids)
 		for _, id := range ids {
 			u := c.unfollowed[id]
-			if j := c.job(u.st.JobId); j != nil { // (a deleted job's runs go with it)
+			// (A deleted job's runs go with it; a run out again is followed.)
+			if j := c.job(u.st.JobId); j != nil && c.runs[id] == nil {
 				c.followFailure(u.st, j, u.err, nowMs)
 			}
 		}
@@ -822,6 +823,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		}
 	case messages.RecordType_RUN_DISPATCHED:
 		st := m.(*messages.RunState)
+		delete(c.unfollowed, st.RunId) // (it goes on: followed, whatever came between)
 		r := c.runs[st.RunId]
 		if r == nil {
 			c.runSeq++

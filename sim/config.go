@@ -241,6 +241,13 @@ type Config struct {
 	// batch then tried alone under its request id, as cluster.Client does.
 	// DefaultConfig sets it; a run without it never draws for it.
 	Batches bool
+	// Snapshots: shards snapshot themselves every few records (when everything
+	// they applied is durable, as the shard shell does), encoding the frozen view
+	// at once or a little later while the core goes on; recovery starts each
+	// stream from its newest snapshot and skips the records it covers, as
+	// persistence.Journal.Replay after compaction. DefaultConfig sets it; a run
+	// without it never draws for it.
+	Snapshots bool
 	// Quirks switch the simulated shells back to known-buggy behaviour.
 	Quirks Quirk
 	// Trace, when set, receives every trace line as it is written.
@@ -266,7 +273,7 @@ const (
 
 // DefaultConfig is the configuration of `kjob sim --seed seed`: every fault kind.
 func DefaultConfig(seed uint64) Config {
-	return Config{Seed: seed, Faults: AllFaults, ArmMs: shardcore.DefaultArmMs, LazySyncMs: shardcore.DefaultLazySyncMs, Batches: true}
+	return Config{Seed: seed, Faults: AllFaults, ArmMs: shardcore.DefaultArmMs, LazySyncMs: shardcore.DefaultLazySyncMs, Batches: true, Snapshots: true}
 }
 
 func (c *Config) defaults() {
@@ -304,6 +311,9 @@ func (c Config) ReplayCommand() string {
 	}
 	if !c.Batches {
 		cmd += " --batches=false"
+	}
+	if !c.Snapshots {
+		cmd += " --snapshots=false"
 	}
 	m := c.Mutations
 	if m.AckBeforeDurable {
@@ -371,10 +381,13 @@ type Stats struct {
 	Creates, Deletes                        int64
 	Fires, Executions, Retries, DeadLetters int64
 	Recoveries, RecordsReplayed             int64
-	ChecksRun                               int64
-	StaleResults                            int64 // results delivered to a shard at another epoch
-	RetriesExact                            int64 // retries checked to the millisecond against the ladder
-	MaxLateMs                               int64 // largest fire lateness once settled
+	// Snapshots are shard snapshots written (Config.Snapshots), SnapshotsLoaded
+	// those a recovery began a shard from.
+	Snapshots, SnapshotsLoaded int64
+	ChecksRun                  int64
+	StaleResults               int64 // results delivered to a shard at another epoch
+	RetriesExact               int64 // retries checked to the millisecond against the ladder
+	MaxLateMs                  int64 // largest fire lateness once settled
 }
 
 // Result is the outcome of one run.

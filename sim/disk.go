@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/kjob/kjob/persistence"
 )
@@ -19,6 +20,21 @@ import (
 type disk struct {
 	log    []byte
 	synced int // bytes [0, synced) are durable
+	// snaps are the shards' snapshot files, the newest per stream (Config.Snapshots):
+	// written whole and synced before they count (persistence.Journal.WriteSnapshot
+	// renames a synced file into place), so a crash keeps them as they are.
+	snaps map[uint64]diskSnap
+}
+
+// diskSnap is one snapshot file: a stream's state up to and including lsn.
+type diskSnap struct {
+	lsn  uint64
+	data []byte
+}
+
+// clone is a copy of the disk as it is now (the checker's look at a downed server).
+func (d *disk) clone() *disk {
+	return &disk{log: append([]byte(nil), d.log...), synced: d.synced, snaps: maps.Clone(d.snaps)}
 }
 
 // crash keeps what a machine crash keeps and reports what happened to the tail.
@@ -139,6 +155,32 @@ type journal struct {
 	// one, or gets one at its deadline, as persistence.Journal.AppendWithin.
 	urgent bool
 	lazyAt int64
+	// drops: each stream's latest DropStream record (this process's): a snapshot
+	// older than it is refused, as persistence.Journal.WriteSnapshot refuses it.
+	drops map[uint64]uint64
+}
+
+// writeSnapshot is persistence.Journal.WriteSnapshot: the snapshot of stream at
+// lsn becomes the stream's newest, whole, or is refused with nothing written.
+func (j *journal) writeSnapshot(stream, lsn uint64, data []byte) error {
+	switch {
+	case j.failed != nil:
+		return j.failed
+	case lsn == 0 || lsn > j.last:
+		return fmt.Errorf("snapshot lsn %d, the journal holds 1..%d", lsn, j.last)
+	case lsn < j.d.snaps[stream].lsn:
+		return fmt.Errorf("snapshot lsn %d is older than stream %x's newest snapshot at %d", lsn, stream, j.d.snaps[stream].lsn)
+	case lsn < j.drops[stream]:
+		return fmt.Errorf("snapshot lsn %d is older than stream %x's drop at %d", lsn, stream, j.drops[stream])
+	}
+	if j.s.faulty(FaultDisk) && j.s.chance(0.05) {
+		return errors.New("the snapshot file's fsync failed (the file is not renamed into place)")
+	}
+	if j.d.snaps == nil {
+		j.d.snaps = map[uint64]diskSnap{}
+	}
+	j.d.snaps[stream] = diskSnap{lsn: lsn, data: data}
+	return nil
 }
 
 func (j *journal) unsynced() int { return len(j.d.log) - j.d.synced }
@@ -159,6 +201,7 @@ func (j *journal) appendWithin(h *shardHost, entries []persistence.Entry, done f
 		r := persistence.Record{LSN: j.last, Stream: e.Stream, Type: e.Type, Payload: e.Payload}
 		j.d.log = persistence.AppendRecord(j.d.log, r)
 		if h != nil {
+			h.sinceSnap++
 			j.s.chk.appended(h, r)
 		}
 	}

@@ -76,6 +76,16 @@
 // answered by a server without the shard) or whose own reply says NOT_OWNER or
 // UNAVAILABLE is tried alone under its request id, as cluster.Client does.
 //
+// With Config.Snapshots (the default) shards snapshot themselves every 4–40
+// records they append (a server's cadence, drawn once), as the shard shell does:
+// only when everything applied is durable and the shard is not frozen, the frozen
+// view encoded at once or up to 50 ms later while the core goes on (copy on
+// write), written as persistence.Journal.WriteSnapshot would (refused when older
+// than the stream's newest snapshot or its drop; a drop deletes the stream's
+// snapshots once its record is durable). Every snapshot, and every imported
+// shard, must load into the state it was taken of (snapshot-load: loaded into a
+// fresh core and encoded again, the same bytes).
+//
 // # What it does not cover yet
 //
 // Balance within the strategy's bound is checked only in long runs
@@ -83,9 +93,12 @@
 // with faults for the first 20 s); the default 40 s run leaves too little settled
 // time for the 10 s move cooldown. The NameServer is
 // placed by an all-seeing membership (the first live server), so a partition cannot
-// make two NameServers. Snapshots and compaction are not simulated (an imported
-// shard is its SHARD_IMPORTED record; a dropped stream is a drop record in the
-// journal). The HandedOnStore never fails to save. The weighted strategy is not
+// make two NameServers. Compaction is simulated by its effect only: recovery
+// starts each stream from its newest snapshot and skips the records it covers
+// (they stay in the simulated log, which the end-of-run checks read); a snapshot
+// file is whole or absent (the real one is renamed into place after its fsync)
+// and, with FaultDisk, sometimes fails to be written. The HandedOnStore never
+// fails to save. The weighted strategy is not
 // driven (servers report no cpu or memory). Only the simulated server actor waits
 // out an import's fsync (the real one blocks in its handler); its heartbeats go on
 // meanwhile.
@@ -151,6 +164,20 @@
 // (ServerHeartbeat.journal_error) and is no place for a new app nor either end of a
 // move (it would refuse the open, and the app would wait for its restart).
 //
+// Fixed in actors/shard (core and shell) on the first seeds run with snapshots
+// (Config.Snapshots, 2026-12-07), each a broken snapshot-load but the last:
+//   - LoadSnapshot put the jobs in before their runs, so a fixed-delay job waiting
+//     for its run's finish loaded as DONE and never fired again: after a restart
+//     from a snapshot, and after every move or split (the import is a snapshot)
+//     (seed 4). Loaded runs lost their fire flag as well (seed 1).
+//   - A failed attempt's RUN_FINISHED and its RETRY_SCHEDULED (or DEAD_LETTERED)
+//     are two records of one append; a crash that kept the first and cut the
+//     second left the run never tried again nor dead-lettered (seed 86: a
+//     fixed-delay job stopped for good). Recovered follows such a failure now.
+//   - The shell snapshotted a frozen shard, and a snapshot holds no handoff:
+//     recovered from one taken after SHARD_HANDOFF, the old owner was active at
+//     its old epoch beside the target (seed 862, stale-owner-active).
+//
 // Shell behaviour of today that the simulated shells avoid (a quirk switches it
 // back on to reproduce):
 //   - QuirkEarlyOpen: actors/server answers ShardOpened and heartbeats a new shard
@@ -185,4 +212,7 @@
 // handler) when the run ended, was called a missed due (due-run-missed; seed
 // 1018134). A run that fired and is held for credit is backpressure, not a miss
 // (Core.RunHeld); one fired and never sent for any other reason still fails.
+// A sixth, on the first seeds with snapshots: the fire-stuck check took a job
+// resumed in the run's last millisecond, paused over its due, for a stuck one
+// (seed 599); a due already past when the job was last changed counts from then.
 package sim

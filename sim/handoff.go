@@ -266,9 +266,22 @@ func (v *server) saveHandedOn() { v.handedOnFile = maps.Clone(v.handedOn) }
 func (v *server) dropStream(stream uint64, epoch int64) {
 	var e [8]byte
 	binary.LittleEndian.PutUint64(e[:], uint64(epoch))
-	if _, err := v.j.append(nil, []persistence.Entry{{Stream: stream, Type: recDropped, Payload: e[:]}}, nil); err != nil {
+	j := v.j
+	lsn, err := j.append(nil, []persistence.Entry{{Stream: stream, Type: recDropped, Payload: e[:]}}, func(_ uint64, err error) {
+		// Once the tombstone is durable, the stream's snapshots go (an older one
+		// would otherwise bring the stream back at recovery).
+		if err == nil && j.d.snaps[stream].lsn < j.drops[stream] {
+			delete(j.d.snaps, stream)
+		}
+	})
+	if err != nil {
 		v.s.tracef("%s: drop stream %x: %v (kept)", v.addr, stream, err)
+		return
 	}
+	if j.drops == nil {
+		j.drops = map[uint64]uint64{}
+	}
+	j.drops[stream] = lsn
 }
 
 // ---------------------------------------------------------------- target: importShard
@@ -311,6 +324,7 @@ func (v *server) importShard(from *messages.Ref, m *messages.ImportShard) {
 		reply(&messages.ImportShardReply{Error: kerr.Invalid("snapshot", "%v", err)})
 		return
 	}
+	v.checkLoaded(m.Shard, fmt.Sprintf("the import at epoch %d", m.Epoch), m.Snapshot, c)
 	data := m.Snapshot
 	v.busy = true
 	_, err = v.j.append(nil, []persistence.Entry{{Stream: sh.Stream(), Type: uint8(messages.RecordType_SHARD_IMPORTED), Payload: data}},

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"slices"
@@ -77,6 +78,7 @@ type server struct {
 	busy          bool     // persisting an import: the server actor handles nothing else (queue)
 	queue         []queued // what reached the server actor while busy
 	crashOnAppend bool
+	snapEvery     int64 // records a shard appends between snapshots (drawn once, Config.Snapshots)
 }
 
 // queued is a message to the server actor that waits for it to be free.
@@ -130,6 +132,12 @@ type shardHost struct {
 	// passed on this clock while another server, whose clock was behind, owned the
 	// shard is late only by the handoff's own time.
 	activeSince int64
+	// Snapshots (Config.Snapshots), as the shard shell takes them: sinceSnap
+	// records appended since the last, one at a time (snapBusy: frozen, being
+	// encoded and written), lastSnap the LSN of the last written.
+	sinceSnap int64
+	snapBusy  bool
+	lastSnap  uint64
 }
 
 // reported says whether the server may tell the NameServer it owns the shard.
@@ -275,6 +283,7 @@ func (v *server) recover() {
 	v.j.last = res.last
 	v.s.stats.Recoveries++
 	v.s.stats.RecordsReplayed += int64(res.records)
+	v.s.stats.SnapshotsLoaded += int64(res.snapshots)
 	if res.truncated > 0 {
 		v.s.tracef("%s: recovery truncated %d bytes of torn tail", v.addr, res.truncated)
 	}
@@ -329,6 +338,7 @@ type replayed struct {
 	order     []uint64
 	last      uint64
 	records   int
+	snapshots int // streams begun from a snapshot
 	truncated int
 	err       error
 }
@@ -358,8 +368,37 @@ func replayLog(v *server, d *disk, now int64, truncate bool) replayed {
 		out.nexts[st] = map[int64]int64{}
 		out.order = append(out.order, st)
 	}
+	// As persistence.Journal.Replay: each stream's newest snapshot first, in stream
+	// order, then the records after it (compaction removes the ones it covers, or
+	// would: skipped here).
+	var snapLSN map[uint64]uint64
+	for _, st := range slices.Sorted(maps.Keys(d.snaps)) {
+		sn := d.snaps[st]
+		name, epoch, err := shardcore.ShardNameOfSnapshot(sn.data)
+		if err != nil {
+			out.err = fmt.Errorf("snapshot of stream %x at lsn %d: %w", st, sn.lsn, err)
+			return out
+		}
+		sh, err := route.Parse(name)
+		if err != nil {
+			out.err = fmt.Errorf("snapshot of stream %x at lsn %d: %w", st, sn.lsn, err)
+			return out
+		}
+		c := shardcore.New(v.shardConfig(sh), now, epoch)
+		if err := c.LoadSnapshot(sn.data, sn.lsn); err != nil {
+			out.err = fmt.Errorf("snapshot of stream %x at lsn %d: %w", st, sn.lsn, err)
+			return out
+		}
+		add(st, c)
+		viewFromSnapshot(out.views[st], out.nexts[st], sn.data)
+		if snapLSN == nil {
+			snapLSN = map[uint64]uint64{}
+		}
+		snapLSN[st] = sn.lsn
+		out.snapshots++
+	}
 	fn := func(r persistence.Record) {
-		if out.err != nil {
+		if out.err != nil || r.LSN <= snapLSN[r.Stream] {
 			return
 		}
 		out.records++
@@ -469,6 +508,73 @@ func (h *shardHost) after() {
 	}
 	h.rearm()
 	h.tryHandoff()
+	h.maybeSnapshot()
+}
+
+// checkLoaded checks that c, loaded from data (a snapshot, or an imported shard),
+// holds the state data was taken of: encoded again, it is the same bytes.
+func (v *server) checkLoaded(shard, what string, data []byte, c *shardcore.Core) {
+	if again := c.Snapshot(); !bytes.Equal(again, data) {
+		v.s.failf("snapshot-load", "%s on %s: %s (%d bytes) loads into another state (%d bytes encoded again)", shard, v.addr, what, len(data), len(again))
+	}
+}
+
+// maybeSnapshot is the shard shell's snapshot (actors/shard/shell.go): once enough
+// has been appended, and everything applied is durable, the state is frozen
+// (SnapshotView) at the applied LSN; the view is encoded and written at once, or
+// later, as the shell's goroutine does for a large shard, while the core goes on
+// changing the state it shares with the view (copy on write).
+func (h *shardHost) maybeSnapshot() {
+	v := h.srv
+	if !v.s.cfg.Snapshots || h.gone || h.snapBusy {
+		return
+	}
+	if v.snapEvery == 0 {
+		v.snapEvery = v.s.between(4, 40)
+	}
+	c := h.core
+	if h.sinceSnap < v.snapEvery || !c.Quiescent() || c.Failed() != nil || c.Frozen() {
+		return
+	}
+	lsn := c.AppliedLSN()
+	if lsn == h.lastSnap {
+		return
+	}
+	view := c.SnapshotView()
+	stream, sh, epoch := c.Stream(), c.Shard(), c.Epoch()
+	h.sinceSnap = 0
+	write := func() {
+		data := view.Encode()
+		err := v.j.writeSnapshot(stream, lsn, data)
+		h.snapBusy = false
+		if err != nil {
+			v.s.tracef("%s@%s: snapshot at lsn %d failed: %v", h.name, v.addr, lsn, err)
+			return
+		}
+		v.s.stats.Snapshots++
+		if lsn > h.lastSnap {
+			h.lastSnap = lsn
+		}
+		v.s.tracef("%s@%s: snapshot at lsn %d (%d bytes)", h.name, v.addr, lsn, len(data))
+		// What recovery would load must be the state frozen.
+		cp := shardcore.New(v.shardConfig(sh), v.now(), epoch)
+		if err := cp.LoadSnapshot(data, lsn); err != nil {
+			v.s.failf("snapshot-load", "%s on %s: its snapshot at lsn %d does not load: %v", h.name, v.addr, lsn, err)
+			return
+		}
+		v.checkLoaded(h.name, fmt.Sprintf("its snapshot at lsn %d", lsn), data, cp)
+	}
+	h.snapBusy = true
+	if v.s.chance(0.5) {
+		write()
+		return
+	}
+	inc := v.inc
+	v.s.after(v.s.between(0, 50), func() {
+		if v.up && v.inc == inc { // the goroutine dies with its process
+			write()
+		}
+	})
 }
 
 // rearm keeps one tick armed at the core's next wake-up, as the shell's one runtime

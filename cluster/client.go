@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/kjob/kjob/actors/kerr"
 	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/actors/server"
+	shardcore "github.com/kjob/kjob/actors/shard/core"
 	"github.com/kjob/kjob/messages"
 )
 
@@ -439,7 +441,11 @@ func (c *Client) Trigger(ctx context.Context, app string, id int64, params []byt
 
 // Runs returns a job's recent runs, newest first (runs in progress first).
 func (c *Client) Runs(ctx context.Context, app string, id int64, limit int) ([]*messages.RunRecord, error) {
-	r, err := c.call(ctx, app, id, false, &messages.GetRuns{App: app, Id: id, Limit: int32(limit)})
+	lim, err := wireLimit(limit)
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.call(ctx, app, id, false, &messages.GetRuns{App: app, Id: id, Limit: lim})
 	if err != nil {
 		return nil, err
 	}
@@ -447,6 +453,15 @@ func (c *Client) Runs(ctx context.Context, app string, id int64, limit int) ([]*
 		return nil, err
 	}
 	return r.(*messages.RunsReply).Runs, nil
+}
+
+// wireLimit is a page size as the wire carries it (int32): one past its range is
+// refused here, where it would wrap to another size.
+func wireLimit(n int) (int32, error) {
+	if n < math.MinInt32 || n > math.MaxInt32 {
+		return 0, kerr.FromWire(kerr.Invalid("limit", "%d is out of range (at most %d)", n, shardcore.MaxListLimit))
+	}
+	return int32(n), nil
 }
 
 // ListOptions filter and page a job listing.
@@ -463,6 +478,10 @@ func (c *Client) List(ctx context.Context, app string, o ListOptions) (jobs []*m
 	if o.Limit <= 0 {
 		o.Limit = 100
 	}
+	lim, err := wireLimit(o.Limit)
+	if err != nil {
+		return nil, 0, err
+	}
 	if err := c.refresh(ctx, app, false); err != nil {
 		return nil, 0, err
 	}
@@ -473,7 +492,7 @@ func (c *Client) List(ctx context.Context, app string, o ListOptions) (jobs []*m
 	more := false
 	for _, r := range rs {
 		rep, err := c.request(ctx, actor.NewPID(r.Owner.Address, r.Owner.Id), &messages.ListJobs{App: app, State: o.State,
-			Handler: o.Handler, AfterId: o.AfterID, Limit: int32(o.Limit)})
+			Handler: o.Handler, AfterId: o.AfterID, Limit: lim})
 		if err != nil {
 			return nil, 0, err
 		}

@@ -53,7 +53,11 @@ func (c *Client) DeadLetters(ctx context.Context, app, afterRunID string, limit 
 	if limit <= 0 {
 		limit = 100
 	}
-	reps, err := c.fanOut(ctx, app, &messages.ListDeadLetters{App: app, AfterRunId: afterRunID, Limit: int32(limit)})
+	lim, err := wireLimit(limit)
+	if err != nil {
+		return nil, "", err
+	}
+	reps, err := c.fanOut(ctx, app, &messages.ListDeadLetters{App: app, AfterRunId: afterRunID, Limit: lim})
 	if err != nil {
 		return nil, "", err
 	}

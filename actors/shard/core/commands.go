@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
@@ -144,10 +147,15 @@ func (c *Core) commandInto(m proto.Message, nowMs int64, r *messages.JobReply) p
 		if len(x.Params) > MaxParamsBytes {
 			return &messages.JobReply{Error: kerr.Invalid("params", "%d bytes exceeds the limit of %d bytes", len(x.Params), MaxParamsBytes)}
 		}
+		if len(x.Params) > 0 && !x.HasParams { // the run would take the job's own params, dropping these
+			return &messages.JobReply{Error: kerr.Invalid("has_params", "is false, yet %d bytes of params are given; set it to run with them", len(x.Params))}
+		}
+		params := j.j.Params // the run's: an API-only job may have left them to its triggers
 		if x.HasParams {
-			if e := c.checkRouteKey(j.j.Policy, x.Params); e != nil {
-				return &messages.JobReply{Error: e}
-			}
+			params = x.Params
+		}
+		if e := c.checkRouteKey(j.j.Policy, params); e != nil {
+			return &messages.JobReply{Error: e}
 		}
 		c.startRun(j, nowMs, nowMs, false, j.j.Runs, 0, x.Params, x.HasParams)
 		return &messages.JobReply{Job: jobCopy(j.j)}
@@ -172,13 +180,29 @@ func (c *Core) lookup(app string, id int64) (*job, *messages.Error) {
 
 // holds says why the shard cannot answer for job id of app, if it cannot.
 func (c *Core) holds(app string, id int64) *messages.Error {
-	if app != c.cfg.Shard.App {
-		return kerr.New(messages.Code_NOT_OWNER, "app", "shard %s does not hold app %q", c.cfg.Shard, app)
+	if e := c.owns(app); e != nil {
+		return e
+	}
+	if id <= 0 {
+		return kerr.Invalid("id", "must be a positive snowflake id, got %d", id)
 	}
 	if !c.has(id) {
 		return kerr.New(messages.Code_NOT_FOUND, "id", "job %d not found in app %q", id, app)
 	}
 	return nil
+}
+
+// owns says why the shard cannot answer for app, if it cannot: a name no app can
+// have is bad input; another app's is a routing miss (NOT_OWNER, which the client
+// retries after refreshing its routes).
+func (c *Core) owns(app string) *messages.Error {
+	if app == c.cfg.Shard.App {
+		return nil
+	}
+	if why := route.ValidApp(app); why != "" {
+		return kerr.Invalid("app", "%s", why)
+	}
+	return kerr.New(messages.Code_NOT_OWNER, "app", "shard %s does not hold app %q", c.cfg.Shard, app)
 }
 
 // reply is job id as it is now, for a reply (nil if the shard does not hold it).
@@ -204,6 +228,9 @@ func compile(j *messages.Job, createdMs int64) (*schedule.Compiled, error) {
 		if s.AtMs == 0 {
 			if s.DelayMs < 0 {
 				return nil, &schedule.Error{Field: "delay", Reason: fmt.Sprintf("must not be negative, got %d ms", s.DelayMs)}
+			}
+			if createdMs > schedule.MaxTimeMs-s.DelayMs { // createdMs+DelayMs past the limit, or past int64
+				return nil, &schedule.Error{Field: "delay", Reason: fmt.Sprintf("%d ms from %d is past the limit of %d (Unix ms)", s.DelayMs, createdMs, int64(schedule.MaxTimeMs))}
 			}
 			spec.AtMs = createdMs + s.DelayMs
 		}
@@ -246,6 +273,9 @@ func (c *Core) validate(j *messages.Job, createdMs int64) (*schedule.Compiled, *
 	if j.Handler == "" || len(j.Handler) > MaxHandlerLen {
 		return nil, kerr.Invalid("handler", "must be 1 to %d characters, got %d", MaxHandlerLen, len(j.Handler))
 	}
+	if why := nameFault(j.Handler); why != "" {
+		return nil, kerr.Invalid("handler", "%s", why)
+	}
 	if len(j.Params) > MaxParamsBytes {
 		return nil, kerr.Invalid("params", "%d bytes exceeds the limit of %d bytes", len(j.Params), MaxParamsBytes)
 	}
@@ -262,7 +292,33 @@ func (c *Core) validate(j *messages.Job, createdMs int64) (*schedule.Compiled, *
 	if err != nil {
 		return nil, schedErr(err)
 	}
+	// compile reads a delay only for a one-shot without a time; anywhere else it
+	// would be dropped. Checked here, not in compile, which also compiles the jobs
+	// journaled before this check.
+	if s := j.Schedule; s.DelayMs != 0 {
+		if s.Kind != messages.ScheduleKind_ONCE {
+			return nil, kerr.Invalid("schedule.delay", "only a kind once job has a delay; this is %s", strings.ToLower(s.Kind.String()))
+		}
+		if s.AtMs != 0 {
+			return nil, kerr.Invalid("schedule.delay", "a one-shot has a time (at %d) or a delay (%d ms), not both", s.AtMs, s.DelayMs)
+		}
+	}
 	return sc, nil
+}
+
+// nameFault says what makes s unfit for a name (a handler, a route key), or "":
+// bytes that are not UTF-8 (protobuf does not marshal them, so the job could not
+// be journaled) or a control character.
+func nameFault(s string) string {
+	if !utf8.ValidString(s) {
+		return fmt.Sprintf("%q is not valid UTF-8", s)
+	}
+	for i, r := range s {
+		if unicode.IsControl(r) {
+			return fmt.Sprintf("has the control character %U at byte %d", r, i)
+		}
+	}
+	return ""
 }
 
 // ValidatePolicy checks a job's policy, or an app's default policy; the error
@@ -282,6 +338,9 @@ func ValidatePolicy(p *messages.Policy, inheritedKey string) *messages.Error {
 		if d <= 0 {
 			return kerr.Invalid("policy.ladder", "level %d is %d ms; each delay must be positive", i, d)
 		}
+		if d > schedule.MaxLadderDelayMs {
+			return kerr.Invalid("policy.ladder", "level %d is %d ms, over the limit of %d ms (7 days)", i, d, int64(schedule.MaxLadderDelayMs))
+		}
 	}
 	if p.TimeoutMs < 0 || p.TimeoutMs > MaxTimeoutMs {
 		return kerr.Invalid("policy.timeout", "must be 0 (default) to %d ms, got %d", int64(MaxTimeoutMs), p.TimeoutMs)
@@ -291,6 +350,12 @@ func ValidatePolicy(p *messages.Policy, inheritedKey string) *messages.Error {
 	}
 	if p.Route == messages.Route_CONSISTENT_HASH && p.RouteKey == "" && inheritedKey == "" {
 		return kerr.Invalid("policy.route_key", "consistent_hash routing needs a route key (a top-level params field)")
+	}
+	if len(p.RouteKey) > MaxRouteKeyLen {
+		return kerr.Invalid("policy.route_key", "is %d bytes, the limit is %d", len(p.RouteKey), MaxRouteKeyLen)
+	}
+	if why := nameFault(p.RouteKey); why != "" {
+		return kerr.Invalid("policy.route_key", "%s", why)
 	}
 	if _, ok := messages.Misfire_name[int32(p.Misfire)]; !ok {
 		return kerr.Invalid("policy.misfire", "unknown misfire policy %d", p.Misfire)
@@ -443,15 +508,15 @@ func (c *Core) pauseResume(m proto.Message, nowMs int64) proto.Message {
 }
 
 func (c *Core) list(x *messages.ListJobs) proto.Message {
-	if x.App != c.cfg.Shard.App {
-		return &messages.ListJobsReply{Error: kerr.New(messages.Code_NOT_OWNER, "app", "shard %s does not hold app %q", c.cfg.Shard, x.App)}
+	if e := c.owns(x.App); e != nil {
+		return &messages.ListJobsReply{Error: e}
 	}
-	limit := int(x.Limit)
-	if limit <= 0 {
-		limit = DefaultListLimit
+	limit, e := listLimit(x.Limit)
+	if e != nil {
+		return &messages.ListJobsReply{Error: e}
 	}
-	if limit > MaxListLimit {
-		return &messages.ListJobsReply{Error: kerr.Invalid("limit", "%d exceeds the limit of %d", limit, MaxListLimit)}
+	if _, ok := messages.JobState_name[int32(x.State)]; !ok {
+		return &messages.ListJobsReply{Error: kerr.Invalid("state", "unknown job state %d (want active, paused, done or unspecified for any)", x.State)}
 	}
 	ids := make([]int64, 0)
 	for id, j := range c.jobs {
@@ -505,9 +570,23 @@ func (c *Core) list(x *messages.ListJobs) proto.Message {
 	return out
 }
 
+// listLimit is the page size a list asks for: 0 is the default.
+func listLimit(n int32) (int, *messages.Error) {
+	if n < 0 || n > MaxListLimit {
+		return 0, kerr.Invalid("limit", "must be 0 (default %d) to %d, got %d", DefaultListLimit, MaxListLimit, n)
+	}
+	if n == 0 {
+		return DefaultListLimit, nil
+	}
+	return int(n), nil
+}
+
 func (c *Core) history(x *messages.GetRuns) proto.Message {
 	if e := c.holds(x.App, x.Id); e != nil {
 		return &messages.RunsReply{Error: e}
+	}
+	if x.Limit < 0 {
+		return &messages.RunsReply{Error: kerr.Invalid("limit", "must not be negative (0 = every run kept, at most %d), got %d", c.cfg.History, x.Limit)}
 	}
 	var hist []*messages.RunRecord // a compact job has none
 	if j := c.jobs[x.Id]; j != nil {
@@ -516,7 +595,7 @@ func (c *Core) history(x *messages.GetRuns) proto.Message {
 		hist = h
 	}
 	limit := int(x.Limit)
-	if limit <= 0 || limit > c.cfg.History {
+	if limit == 0 || limit > c.cfg.History { // a job keeps History runs: more is all of them
 		limit = c.cfg.History
 	}
 	out := &messages.RunsReply{}
@@ -547,14 +626,14 @@ func (c *Core) history(x *messages.GetRuns) proto.Message {
 }
 
 func (c *Core) deadLetters(m proto.Message, nowMs int64) proto.Message {
+	if e := c.owns(m.(interface{ GetApp() string }).GetApp()); e != nil {
+		return errorReply(m, e)
+	}
 	switch x := m.(type) {
 	case *messages.ListDeadLetters:
-		limit := int(x.Limit)
-		if limit <= 0 {
-			limit = DefaultListLimit
-		}
-		if limit > MaxListLimit {
-			return &messages.DeadLettersReply{Error: kerr.Invalid("limit", "%d exceeds the limit of %d", limit, MaxListLimit)}
+		limit, e := listLimit(x.Limit)
+		if e != nil {
+			return &messages.DeadLettersReply{Error: e}
 		}
 		ids := make([]string, 0, len(c.dead))
 		for id := range c.dead {

@@ -33,6 +33,7 @@ import (
 const (
 	MaxParamsBytes   = 64 << 10
 	MaxHandlerLen    = 128
+	MaxRouteKeyLen   = 128 // a policy's route_key: a top-level params field's name
 	MaxListLimit     = 1000
 	DefaultListLimit = 100
 	DefaultTimeoutMs = 60_000

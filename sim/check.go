@@ -49,6 +49,11 @@ import (
 //	update-applied-twice one update call (its retries, duplicates) changes a job twice
 //	journal-mismatch     the live state of a quiescent shard differs from what replaying
 //	                     its journal rebuilds (a transition that was not journaled)
+//	snapshot-load        a shard's snapshot, or an imported shard, loaded into a fresh
+//	                     core and encoded again, is not the bytes it was taken as
+//	                     (Config.Snapshots)
+//	periodic-stalled     once settled, an active periodic job has no next due and no
+//	                     run whose finish would set it: it never fires again
 //	timer-stuck, fire-stuck, slow-op, liveness-*, no-progress
 //	                     once faults stop, progress resumes within the bounds
 //	balance              (Config.CheckBalance) once settled, a move the NameServer's
@@ -882,7 +887,9 @@ func (k *checker) final() {
 		h := owners[n]
 		now := h.srv.now()
 		st := state(h)
+		running := map[int64]bool{}
 		for _, r := range st.Runs {
+			running[r.JobId] = true
 			if (r.Level >= 0 || r.WorkerId != "") && r.DeadlineMs < now-LateBoundMs {
 				k.failf("timer-stuck", "%s on %s: run %s (attempt %d, level %d) was due at %d; it is %d", n, h.srv.addr, r.RunId, r.Attempt, r.Level, r.DeadlineMs, now)
 				return
@@ -894,6 +901,14 @@ func (k *checker) final() {
 			// last millisecond of a job paused over its due).
 			if j.State == messages.JobState_ACTIVE && j.NextDueMs > 0 && max(j.NextDueMs, j.UpdatedMs) < now-LateBoundMs {
 				k.failf("fire-stuck", "%s on %s: job %d was due at %d; it is %d", n, h.srv.addr, j.Id, j.NextDueMs, now)
+				return
+			}
+			// An active periodic job has a next due, or a run whose finish sets it
+			// (fixed delay); with neither it never fires again (seed 86, before
+			// recovery followed a failure whose retry record a crash cut).
+			if kind := j.Schedule.GetKind(); j.State == messages.JobState_ACTIVE && j.NextDueMs == 0 && !running[j.Id] &&
+				kind != messages.ScheduleKind_ONCE && kind != messages.ScheduleKind_API_ONLY {
+				k.failf("periodic-stalled", "%s on %s: job %d (%s) is active with no next due and no run", n, h.srv.addr, j.Id, kind)
 				return
 			}
 		}

@@ -173,7 +173,8 @@
 //   - A failed attempt's RUN_FINISHED and its RETRY_SCHEDULED (or DEAD_LETTERED)
 //     are two records of one append; a crash that kept the first and cut the
 //     second left the run never tried again nor dead-lettered (seed 86: a
-//     fixed-delay job stopped for good). Recovered follows such a failure now.
+//     fixed-delay job stopped for good; seed 130 without snapshots, caught by
+//     periodic-stalled, the checker's since). Recovered follows such a failure now.
 //   - The shell snapshotted a frozen shard, and a snapshot holds no handoff:
 //     recovered from one taken after SHARD_HANDOFF, the old owner was active at
 //     its old epoch beside the target (seed 862, stale-owner-active).

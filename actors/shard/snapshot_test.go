@@ -118,3 +118,51 @@ func TestDispatchesLeaveBeforeTheSnapshotFreeze(t *testing.T) {
 		sys.Root.Stop(pid)
 	}
 }
+
+// A frozen shard (handing off) takes no snapshot, asked or due: a snapshot holds no
+// handoff, so recovered from one taken after SHARD_HANDOFF the old owner was
+// active at its old epoch beside the target (sim seed 862, stale-owner-active).
+func TestNoSnapshotWhileFrozen(t *testing.T) {
+	sys := actor.NewActorSystem()
+	c := core.New(core.Config{Shard: route.Root("app")}, time.Now().UnixMilli(), 1)
+	j := &snapJournal{}
+	a := NewActor(c, j, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	j.a = a
+	a.lastSnap = 1 << 63 // never caught up: every quiescent step snapshots
+	pid := sys.Root.Spawn(a.Props(true, 0))
+	defer sys.Root.Stop(pid)
+	step := func(m any) *messages.ShardLoad { // m, then a Stats: its step is done
+		t.Helper()
+		if m != nil {
+			sys.Root.Send(pid, m)
+		}
+		r, err := sys.Root.RequestFuture(pid, &Stats{}, 5*time.Second).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.(*messages.ShardLoad)
+	}
+	job := &messages.Job{Id: 1, App: "app", Handler: "h", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 60_000}}
+	if _, err := sys.Root.RequestFuture(pid, &messages.CreateJob{Job: job}, 5*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
+	step(&TakeSnapshot{})
+	j.mu.Lock()
+	before := j.snaps
+	j.mu.Unlock()
+	if before == 0 {
+		t.Fatal("no snapshot of the shard before its handoff: the test proves nothing")
+	}
+	// A target that is not there: the import fails and the shard stays frozen.
+	step(&BeginHandoff{Target: actor.NewPID(sys.Address(), "nobody")})
+	step(&TakeSnapshot{})
+	if l := step(&TakeSnapshot{}); !l.Frozen {
+		t.Fatal("the shard is not frozen after BeginHandoff")
+	}
+	j.mu.Lock()
+	after := j.snaps
+	j.mu.Unlock()
+	if after != before {
+		t.Fatalf("%d snapshots taken while the shard was frozen", after-before)
+	}
+}

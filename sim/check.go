@@ -155,6 +155,9 @@ func (k *checker) appended(h *shardHost, r persistence.Record) {
 		}
 	case *messages.RunState:
 		if messages.RecordType(r.Type) == messages.RecordType_RUN_DISPATCHED {
+			if j := h.view[x.JobId]; j != nil && x.Fire {
+				j.LastDueMs = max(j.LastDueMs, x.DueMs) // as the core's apply moves it
+			}
 			k.dispatched(h, x, now)
 		} else {
 			k.retryScheduled(h, x, now)
@@ -165,7 +168,14 @@ func (k *checker) appended(h *shardHost, r persistence.Record) {
 			h.next[x.JobId] = x.JobNextDueMs
 		}
 		if sc := h.view[x.JobId].GetSchedule(); x.SetsNext && x.JobNextDueMs > 0 && sc != nil {
-			if want := max(now+sc.EveryMs, sc.NotBeforeMs); x.JobNextDueMs != want {
+			want := max(now+sc.EveryMs, sc.NotBeforeMs)
+			// Never a due that fired already (the run's own, or the job's last): a
+			// clock behind it — stepped back, or this server's behind the one that
+			// fired it before a handoff (seed 1380661) — counts from that due.
+			if fired := max(x.DueMs, h.view[x.JobId].GetLastDueMs()); want <= fired {
+				want = max(fired+sc.EveryMs, sc.NotBeforeMs)
+			}
+			if x.JobNextDueMs != want {
 				k.failf("fixed-delay-spacing", "%s on %s: fixed-delay job %d (every %d ms) finished run %s at %d by its clock, but its next due is %d, not %d",
 					h.name, h.srv.addr, x.JobId, sc.EveryMs, x.RunId, now, x.JobNextDueMs, want)
 			}

@@ -216,4 +216,8 @@
 // A sixth, on the first seeds with snapshots: the fire-stuck check took a job
 // resumed in the run's last millisecond, paused over its due, for a stuck one
 // (seed 599); a due already past when the job was last changed counts from then.
+// A seventh, from the sweep of 1,360,001–1,390,000: the fixed-delay check wanted
+// finish + every where the core, whose clock was behind the job's last fired due
+// (another server's, before a handoff), counts from that due instead, as it does
+// for a clock that stepped back (seed 1380661).
 package sim

@@ -474,6 +474,9 @@ func applyView(view map[int64]*messages.Job, next map[int64]int64, r persistence
 		st := &messages.RunState{}
 		if proto.Unmarshal(r.Payload, st) == nil && st.Fire {
 			next[st.JobId] = st.JobNextDueMs
+			if j := view[st.JobId]; j != nil { // (the checker's copy: the core's fires move it too)
+				j.LastDueMs = max(j.LastDueMs, st.DueMs)
+			}
 		}
 	case messages.RecordType_RUN_FINISHED:
 		rec := &messages.RunRecord{}

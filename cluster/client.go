@@ -20,7 +20,6 @@ import (
 	"github.com/kjob/kjob/actors/kerr"
 	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/actors/server"
-	shardcore "github.com/kjob/kjob/actors/shard/core"
 	"github.com/kjob/kjob/messages"
 )
 
@@ -459,7 +458,7 @@ func (c *Client) Runs(ctx context.Context, app string, id int64, limit int) ([]*
 // refused here, where it would wrap to another size.
 func wireLimit(n int) (int32, error) {
 	if n < math.MinInt32 || n > math.MaxInt32 {
-		return 0, kerr.FromWire(kerr.Invalid("limit", "%d is out of range (at most %d)", n, shardcore.MaxListLimit))
+		return 0, kerr.FromWire(kerr.Invalid("limit", "%d does not fit the wire's 32 bits (%d to %d)", n, math.MinInt32, math.MaxInt32))
 	}
 	return int32(n), nil
 }

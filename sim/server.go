@@ -536,7 +536,7 @@ func (h *shardHost) maybeSnapshot() {
 		v.snapEvery = v.s.between(4, 40)
 	}
 	c := h.core
-	if h.sinceSnap < v.snapEvery || !c.Quiescent() || c.Failed() != nil || c.Frozen() {
+	if h.sinceSnap < v.snapEvery || !c.Snapshottable() {
 		return
 	}
 	lsn := c.AppliedLSN()

@@ -276,10 +276,7 @@ func (a *Actor) load(now int64) *messages.ShardLoad {
 // shard keeps firing meanwhile (below SnapshotInlineJobs they run here). One snapshot
 // at a time: the next is due only after this one is written.
 func (a *Actor) snapshot() {
-	// Not of a frozen shard: a snapshot holds no handoff, so recovery from one taken
-	// after SHARD_HANDOFF would find the shard active at its old epoch while the
-	// target holds it at the next (sim seed 862, stale-owner-active).
-	if a.snapBusy || !a.core.Quiescent() || a.core.Failed() != nil || a.core.Frozen() {
+	if a.snapBusy || !a.core.Snapshottable() {
 		return
 	}
 	lsn := a.core.AppliedLSN()

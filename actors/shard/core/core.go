@@ -15,7 +15,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -381,6 +383,12 @@ func (c *Core) FiresWindow(nowMs int64) int64 {
 // covers exactly the durable journal).
 func (c *Core) Quiescent() bool { return c.appended == c.durable && len(c.pending) == 0 }
 
+// Snapshottable reports whether a snapshot may be taken now: quiescent, not failed,
+// and not frozen — a snapshot holds no handoff, so recovered from one taken after
+// SHARD_HANDOFF the shard would be active at its old epoch beside the target (sim
+// seed 862, stale-owner-active).
+func (c *Core) Snapshottable() bool { return c.Quiescent() && c.failed == nil && c.frozen == nil }
+
 // AppliedLSN is the last LSN whose record is reflected in the state.
 func (c *Core) AppliedLSN() uint64 { return c.appended }
 
@@ -722,12 +730,7 @@ func (c *Core) Recovered(nowMs int64, durableLSN uint64, env Env) {
 	// between them): follow it now, or the run is never tried again and never
 	// dead-lettered (and a fixed-delay job waiting for it never fires again).
 	if len(c.unfollowed) > 0 {
-		ids = ids[:0]
-		for id := range c.unfollowed {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		for _, id := range ids {
+		for _, id := range slices.Sorted(maps.Keys(c.unfollowed)) {
 			u := c.unfollowed[id]
 			// (A deleted job's runs go with it; a run out again is followed.)
 			if j := c.job(u.st.JobId); j != nil && c.runs[id] == nil {

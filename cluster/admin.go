@@ -266,15 +266,20 @@ type errorDetail struct {
 	Hint    *messages.Ref `json:"hint,omitempty"` // NOT_OWNER: where the shard lives now
 }
 
-// asKjobError gives any error its kjob form: a typed error stays itself; running out
-// of time or transport (the cluster did not answer) is UNAVAILABLE; the rest INTERNAL.
+// asKjobError gives any error its kjob form: running out of time is UNAVAILABLE, even
+// when the client that gave up wraps the last error it saw (a NOT_OWNER, say: the
+// cluster could not serve in time, and the message tells the whole story); a typed
+// error stays itself; transport (the cluster did not answer) is UNAVAILABLE; the rest
+// INTERNAL.
 func asKjobError(err error) *kerr.Error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return &kerr.Error{Code: messages.Code_UNAVAILABLE, Message: err.Error()}
+	}
 	var e *kerr.Error
 	if errors.As(err, &e) {
 		return e
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, errTransport) ||
-		errors.Is(err, actor.ErrTimeout) || errors.Is(err, actor.ErrDeadLetter) {
+	if errors.Is(err, errTransport) || errors.Is(err, actor.ErrTimeout) || errors.Is(err, actor.ErrDeadLetter) {
 		return &kerr.Error{Code: messages.Code_UNAVAILABLE, Message: err.Error()}
 	}
 	return &kerr.Error{Code: messages.Code_INTERNAL, Message: err.Error()}

@@ -126,7 +126,7 @@ func (c *Client) createBatched(ctx context.Context, m *messages.CreateJob) (j *m
 		}
 		return r.reply.Job, true, nil
 	case <-ctx.Done():
-		return nil, true, ctx.Err()
+		return nil, true, fmt.Errorf("%w (waiting for the reply to a batch sent to %s)", ctx.Err(), b.pid.Address)
 	}
 }
 

@@ -151,7 +151,7 @@ func (c *Client) lease(ctx context.Context) error {
 			return err
 		}
 		if e := sleepCtx(ctx, back); e != nil {
-			return fmt.Errorf("lease a snowflake node id: %w (last error: %v)", e, err)
+			return fmt.Errorf("lease a snowflake node id: %w (last error: %w)", e, err)
 		}
 		back = min(back*2, backoffMax)
 	}
@@ -320,7 +320,7 @@ func (c *Client) call(ctx context.Context, app string, id int64, ensure bool, m 
 			return nil, last
 		}
 		if err := sleepCtx(ctx, back); err != nil {
-			return nil, fmt.Errorf("%w (last error: %v)", err, last)
+			return nil, fmt.Errorf("%w (last error: %w)", err, last)
 		}
 		back = min(back*2, backoffMax)
 	}

@@ -308,3 +308,58 @@ func TestRestartKeepsJobs(t *testing.T) {
 		}
 	}
 }
+
+// TestGiveUpKeepsTheLastError: a client that runs out of time says so
+// (context.DeadlineExceeded) and keeps the last error it saw reachable with
+// errors.Is and errors.As: a lease refused while the NameServer warms up, a get
+// whose node went away; a create still waiting for its batch's reply says where the
+// batch went.
+func TestGiveUpKeepsTheLastError(t *testing.T) {
+	n, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Log: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := cluster.NewClient(ctx, cluster.ClientConfig{Servers: []string{n.Address()}, Log: quietLog()}); err == nil {
+		t.Fatal("a lease was granted while the NameServer warmed up")
+	} else {
+		var ke *kerr.Error
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ke) || ke.Code != messages.Code_UNAVAILABLE {
+			t.Fatalf("NewClient gave up with %v (kjob error %v), want the deadline and the last UNAVAILABLE", err, ke)
+		}
+	}
+
+	e := start(t, "")
+	j, err := e.client.Create(context.Background(), once(60_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = e.node.Close()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel2()
+	_, err = e.client.Get(ctx2, "orders", j.Id)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Get against a closed node: %v, want the deadline", err)
+	}
+	multi, _ := err.(interface{ Unwrap() []error })
+	if multi == nil {
+		t.Fatalf("Get gave up with %v (%T), which wraps no last error", err, err)
+	}
+	var causes int
+	for _, c := range multi.Unwrap() {
+		if !errors.Is(c, context.DeadlineExceeded) {
+			causes++
+		}
+	}
+	if causes != 1 {
+		t.Fatalf("Get gave up with %v: %d wrapped errors besides the deadline, want the last one", err, causes)
+	}
+	ctx3, cancel3 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel3()
+	_, err = e.client.Create(ctx3, once(60_000))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), e.node.Address()) {
+		t.Fatalf("Create against a closed node: %v, want the deadline and the node's address", err)
+	}
+}

@@ -32,6 +32,8 @@ func TestObsErrorStatus(t *testing.T) {
 		{&kerr.Error{Code: messages.Code_INTERNAL, Message: "oops"}, 500, "INTERNAL", ""},
 		{fmt.Errorf("wrapped: %w", &kerr.Error{Code: messages.Code_NOT_FOUND, Field: "run_id", Message: "gone"}), 404, "NOT_FOUND", "run_id"},
 		{fmt.Errorf("lease: %w (last error: x)", context.DeadlineExceeded), 503, "UNAVAILABLE", ""},
+		{fmt.Errorf("%w (last error: %w)", context.DeadlineExceeded, &kerr.Error{Code: messages.Code_NOT_OWNER, Message: "moved"}), 503, "UNAVAILABLE", ""},
+		{fmt.Errorf("%w (last error: %w)", context.Canceled, &kerr.Error{Code: messages.Code_UNAVAILABLE, Field: "x", Message: "warming up"}), 503, "UNAVAILABLE", ""},
 		{fmt.Errorf("%w: 127.0.0.1:1: timeout", errTransport), 503, "UNAVAILABLE", ""},
 		{errors.New("something else"), 500, "INTERNAL", ""},
 	} {

@@ -14,7 +14,7 @@ import (
 // up at its deadline (the cluster could not serve in time) exits as unavailable,
 // whatever the last error it saw.
 func TestExitCodes(t *testing.T) {
-	gaveUp := func(last error) error { return fmt.Errorf("%w (last error: %v)", context.DeadlineExceeded, last) }
+	gaveUp := func(last error) error { return fmt.Errorf("%w (last error: %w)", context.DeadlineExceeded, last) }
 	for _, tc := range []struct {
 		err  error
 		want int
@@ -25,6 +25,7 @@ func TestExitCodes(t *testing.T) {
 		{&kerr.Error{Code: messages.Code_UNAVAILABLE, Message: "journal failed"}, 5},
 		{gaveUp(&kerr.Error{Code: messages.Code_UNAVAILABLE, Message: "journal failed"}), 5},
 		{gaveUp(errors.New("transport: connection refused")), 5},
+		{gaveUp(&kerr.Error{Code: messages.Code_NOT_OWNER, Message: "moved"}), 5},
 		{errors.New("something else"), 1},
 	} {
 		if got := exitCode(tc.err); got != tc.want {

@@ -80,14 +80,14 @@ func (w Webhook) DeadLetter(ctx context.Context, d *messages.DeadLetter) error {
 }
 
 // levelActor holds the runs waiting at one ladder level in a timing wheel and sets
-// one runtime timer to the earliest.
+// one alarm (the process's alarm clock, as the shard's own wake-ups) to the earliest.
 type levelActor struct {
 	level  int
 	w      *wheel.Wheel
 	ids    map[string]wheel.Handle
 	names  map[uint64]string
 	seq    uint64
-	timer  *time.Timer
+	timer  interface{ Stop() bool }
 	wakeAt int64
 }
 
@@ -138,7 +138,7 @@ func (l *levelActor) Receive(ctx actor.Context) {
 	}
 	l.wakeAt = at
 	self, sys := ctx.Self(), ctx.ActorSystem()
-	l.timer = time.AfterFunc(time.Until(time.UnixMilli(at)), func() { sys.Root.Send(self, &levelTick{}) })
+	l.timer = AfterFunc(time.Until(time.UnixMilli(at)), func() { sys.Root.Send(self, &levelTick{}) })
 }
 
 // deadActor announces dead letters to the alert hooks, one at a time, each bounded

@@ -81,7 +81,14 @@ type NodeConfig struct {
 	// journal's flusher: it must return quickly. kjob bench reads the disk's
 	// share of fire lateness from it.
 	OnJournalSync func(took time.Duration, at time.Time)
+	// CompactEvery is how often the node deletes the journal's segments that every
+	// shard's snapshots cover, and asks the shards that pin the oldest one to
+	// snapshot (0 = DefaultCompactEvery).
+	CompactEvery time.Duration
 }
+
+// DefaultCompactEvery is NodeConfig.CompactEvery's default.
+const DefaultCompactEvery = 30 * time.Second
 
 // Node is a running kjob server.
 type Node struct {
@@ -616,7 +623,11 @@ func (n *Node) loop() {
 	defer n.wg.Done()
 	hb := time.NewTicker(nscore.HeartbeatMs * time.Millisecond)
 	defer hb.Stop()
-	compact := time.NewTicker(30 * time.Second)
+	every := n.cfg.CompactEvery
+	if every <= 0 {
+		every = DefaultCompactEvery
+	}
+	compact := time.NewTicker(every)
 	defer compact.Stop()
 	n.resolve()
 	n.system.Root.Send(n.server, &server.HeartbeatTick{})

@@ -421,6 +421,77 @@ func TestCompactHonoursFallbackSnapshot(t *testing.T) {
 	}
 }
 
+// A stream that appends nothing after its newest snapshot (a shard gone quiet)
+// releases its records only once a second snapshot at the same LSN is written: it is
+// kept as a copy, a third is not written, and a corrupt copy falls back to the other.
+func TestCompactReleasesAQuietStreamWithASecondCopy(t *testing.T) {
+	dir := t.TempDir()
+	j := openT(t, Options{Dir: dir})
+	appendN(t, j, 1, 1, 100)
+	first, _ := j.AppendWait(context.Background(), Entry{Stream: 1, Type: 1})
+	if err := j.WriteSnapshot(1, first, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	quiet, _ := j.AppendWait(context.Background(), Entry{Stream: 1, Type: 1, Payload: []byte("last words")})
+	if err := j.WriteSnapshot(1, quiet, []byte("quiet")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 400 { // stream 2 fills segments, each covered at once
+		if _, _, err := j.Append([]Entry{{Stream: 2, Type: 1, Payload: payloadFor(i, 500)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, _ := j.AppendWait(context.Background(), Entry{Stream: 2, Type: 1})
+	if err := j.WriteSnapshot(2, last, []byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	segs := len(j.segs)
+	rep, err := j.Compact()
+	if err != nil || len(rep.DeletedSegments) != 0 || !slices.Equal(rep.PinnedBy, []uint64{1}) {
+		t.Fatalf("the quiet stream's fallback snapshot is older than its last record: %+v %v", rep, err)
+	}
+	if err := j.WriteSnapshot(1, quiet, []byte("quiet")); err != nil {
+		t.Fatal(err)
+	}
+	copyName := snapshotCopyName(1, quiet)
+	if _, err := os.Stat(filepath.Join(dir, copyName)); err != nil {
+		t.Fatalf("no second copy: %v", err)
+	}
+	if err := j.WriteSnapshot(1, quiet, []byte("quiet")); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "snap-0000000000000001-*")); len(m) != 2 {
+		t.Fatalf("stream 1's snapshot files %v, want the two copies", m)
+	}
+	rep, err = j.Compact()
+	if err != nil || len(rep.DeletedSegments) != segs-1 || len(rep.PinnedBy) != 0 {
+		t.Fatalf("with the copy: %+v %v (segments %d)", rep, err, segs)
+	}
+	closeT(t, j)
+	// Either copy serves: corrupt one, then the other.
+	for _, name := range []string{copyName, snapshotName(1, quiet)} {
+		b, _ := os.ReadFile(filepath.Join(dir, name))
+		b[len(b)-1] ^= 0xFF
+		os.WriteFile(filepath.Join(dir, name), b, 0o644)
+		j = openT(t, Options{Dir: dir})
+		snaps, _ := all(t, j)
+		fallback := 0 // Open tries the copy first (by name)
+		if name == copyName {
+			fallback = 1
+		}
+		if snaps[1] != fmt.Sprintf("%d:quiet", quiet) || j.Report().FallbackSnapshots != fallback {
+			t.Fatalf("after %s went bad: %v, report %+v", name, snaps, j.Report())
+		}
+		closeT(t, j)
+		if name == copyName {
+			// Put the copy back whole, from the other (same LSN, same data).
+			b, _ := os.ReadFile(filepath.Join(dir, snapshotName(1, quiet)))
+			os.WriteFile(filepath.Join(dir, copyName), b, 0o644)
+			os.Remove(filepath.Join(dir, copyName+corruptSuffix))
+		}
+	}
+}
+
 func TestFatalSyncError(t *testing.T) {
 	j := openT(t, Options{Dir: t.TempDir()})
 	appendN(t, j, 2, 1, 8)

@@ -43,11 +43,20 @@ func snapshotName(stream, lsn uint64) string {
 	return fmt.Sprintf("snap-%016x-%020d%s", stream, lsn, snapshotSuffix)
 }
 
+// snapshotCopyName names a second snapshot of a stream at the same LSN as its
+// newest (WriteSnapshot).
+func snapshotCopyName(stream, lsn uint64) string {
+	return fmt.Sprintf("snap-%016x-%020d%s%s", stream, lsn, snapshotCopyTag, snapshotSuffix)
+}
+
+const snapshotCopyTag = ".copy"
+
 func parseSnapshotName(name string) (stream, lsn uint64, ok bool) {
 	s, ok := strings.CutSuffix(name, snapshotSuffix)
 	if !ok {
 		return 0, 0, false
 	}
+	s, _ = strings.CutSuffix(s, snapshotCopyTag)
 	s, ok = strings.CutPrefix(s, "snap-")
 	if !ok || len(s) != 16+1+20 || s[16] != '-' {
 		return 0, 0, false
@@ -179,7 +188,12 @@ func (j *Journal) loadSnapshots(names []string) (changed bool, err error) {
 	slices.Sort(streams)
 	for _, stream := range streams {
 		infos := byStream[stream]
-		slices.SortFunc(infos, func(a, b snapInfo) int { return -cmpU64(a.lsn, b.lsn) })
+		slices.SortFunc(infos, func(a, b snapInfo) int {
+			if c := cmpU64(a.lsn, b.lsn); c != 0 {
+				return -c
+			}
+			return strings.Compare(a.name, b.name) // a copy at the same LSN: either will do
+		})
 		var valid []snapInfo
 		skipped := false
 		for _, in := range infos {
@@ -252,7 +266,9 @@ func cmpU64(a, b uint64) int {
 // stream with an LSN up to lsn. It first waits until lsn is durable (a
 // snapshot must never be ahead of the log it summarizes), then writes a
 // temporary file, fsyncs it, renames it into place and fsyncs the directory.
-// The two newest snapshots of a stream are kept.
+// The two newest snapshots of a stream are kept. A snapshot at the LSN of the
+// stream's newest is kept as a second copy (once: a third is not written), which
+// lets Compact release the records up to that LSN.
 func (j *Journal) WriteSnapshot(stream, lsn uint64, data []byte) error {
 	j.snapMu.Lock()
 	defer j.snapMu.Unlock()
@@ -260,8 +276,23 @@ func (j *Journal) WriteSnapshot(stream, lsn uint64, data []byte) error {
 	err := j.usable()
 	last := j.next - 1
 	var newest uint64
+	name := snapshotName(stream, lsn)
 	if infos := j.snaps[stream]; len(infos) > 0 {
 		newest = infos[0].lsn
+		if newest == lsn {
+			// A second snapshot at the newest's LSN: Compact releases a stream's
+			// records only up to its older retained snapshot, so a shard that
+			// appends nothing after a snapshot (an app gone quiet) would pin them,
+			// and every segment after them, for as long as it stays quiet. A copy
+			// under another name is the fallback the older one was for.
+			if err == nil && len(infos) >= snapshotsKept && infos[snapshotsKept-1].lsn == lsn {
+				j.mu.Unlock()
+				return nil // two already
+			}
+			if infos[0].name == name {
+				name = snapshotCopyName(stream, lsn)
+			}
+		}
 	}
 	drop := j.drops[stream]
 	j.mu.Unlock()
@@ -278,7 +309,6 @@ func (j *Journal) WriteSnapshot(stream, lsn uint64, data []byte) error {
 	if err := j.waitDurable(lsn); err != nil {
 		return err
 	}
-	name := snapshotName(stream, lsn)
 	tmp := name + tmpSuffix
 	h := snapshotHeader(stream, lsn, data) // written ahead of data: no copy of a large snapshot
 	if err := writeFileSynced(filepath.Join(j.dirPath, tmp), h[:], data); err != nil {

@@ -235,7 +235,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 		ctx.Respond(a.load(now))
 		return
 	case *TakeSnapshot:
-		a.snapshot()
+		a.snapshot(true)
 		return
 	case *snapDone:
 		a.snapBusy = false
@@ -255,7 +255,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 		a.loadv.Store(a.load(now))
 	}
 	if a.snapshotDue(now) {
-		a.snapshot()
+		a.snapshot(false)
 	}
 	a.obs.publish(a)
 	a.arm()
@@ -275,12 +275,18 @@ func (a *Actor) load(now int64) *messages.ShardLoad {
 // second for a few hundred thousand jobs — run on a goroutine of their own, so the
 // shard keeps firing meanwhile (below SnapshotInlineJobs they run here). One snapshot
 // at a time: the next is due only after this one is written.
-func (a *Actor) snapshot() {
+//
+// asked is compaction's request (TakeSnapshot): the shard's records pin the oldest
+// segment. Then a snapshot at the LSN of the last one is taken too, which the
+// journal keeps as a second copy: it releases records only up to a stream's older
+// retained snapshot, and a shard gone quiet after its last snapshot would
+// otherwise hold every segment from its last records on.
+func (a *Actor) snapshot(asked bool) {
 	if a.snapBusy || !a.core.Snapshottable() {
 		return
 	}
 	lsn := a.core.AppliedLSN()
-	if lsn == a.lastSnap {
+	if lsn == a.lastSnap && !asked {
 		return
 	}
 	// What this step decided to send goes before the freeze, which stalls the actor

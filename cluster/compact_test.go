@@ -39,7 +39,7 @@ func TestCompactionFreesSegmentsAQuietShardPinned(t *testing.T) {
 		t.Skip("about 15 s")
 	}
 	dir := t.TempDir()
-	cfg := cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: dir, Log: quietLog(), SegmentSizeBytes: 64 << 10,
+	cfg := cluster.NodeConfig{Listen: "127.0.0.1:0", HTTP: "127.0.0.1:0", DataDir: dir, Log: quietLog(), SegmentSizeBytes: 64 << 10,
 		CompactEvery: 200 * time.Millisecond}
 	n, err := cluster.StartNode(cfg)
 	if err != nil {
@@ -95,6 +95,13 @@ func TestCompactionFreesSegmentsAQuietShardPinned(t *testing.T) {
 	}
 	if s := segments(t, dir); s > 4 {
 		t.Fatalf("%d segments of 64 KiB left after the churn (at most %d during it): compaction did not free what the quiet shard pinned", s, most)
+	}
+	f := obsScrape(t, n)
+	if got := obsValue(f, "kjob_journal_segments", nil); got < 1 || got > 4 {
+		t.Errorf("kjob_journal_segments = %v, want 1 to 4", got)
+	}
+	if got := obsValue(f, "kjob_journal_compacted_segments_total", nil); got < 10 {
+		t.Errorf("kjob_journal_compacted_segments_total = %v, want the churn's segments", got)
 	}
 	c.Close()
 	if err := n.Close(); err != nil {

@@ -123,6 +123,8 @@ func TestMetricsAfterWorkload(t *testing.T) {
 		{"kjob_workers", orders, 1, 1},
 		{"kjob_node_ready", nil, 1, 1},
 		{"kjob_journal_failed", nil, 0, 0},
+		{"kjob_journal_segments", nil, 1, 0},
+		{"kjob_journal_compacted_segments_total", nil, 0, 0}, // one segment: nothing to compact
 		{"go_goroutines", nil, 1, 0},
 	} {
 		got := obsValue(f, c.name, c.labels)

@@ -108,6 +108,9 @@ type Node struct {
 	started time.Time
 	metrics *nodeMetrics // metrics.go
 	admin   *admin       // admin.go; nil without NodeConfig.HTTP
+	// compaction's work, for /metrics: segments deleted, and the shards whose
+	// records held the oldest segment at the last compaction
+	compacted, pinning atomic.Int64
 }
 
 // actorLogger routes proto.actor's slog output into ours at or above level.
@@ -644,6 +647,8 @@ func (n *Node) loop() {
 				n.log.Warn("journal compaction", "err", err)
 				continue
 			}
+			n.compacted.Add(int64(len(rep.DeletedSegments)))
+			n.pinning.Store(int64(len(rep.PinnedBy)))
 			for _, st := range rep.PinnedBy {
 				n.snapshotStream(st)
 			}

@@ -458,6 +458,14 @@ func (j *Journal) RecordsAfter(stream, lsn uint64) int {
 // fsynced something. Records appended per sync is the group commit's gain.
 func (j *Journal) Syncs() uint64 { return j.syncs.Load() }
 
+// Segments is how many segment files the log holds, the active one included (the
+// spare being zero-filled is not counted).
+func (j *Journal) Segments() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.segs)
+}
+
 // DurableLSN returns the highest LSN known durable.
 func (j *Journal) DurableLSN() uint64 { return j.durable.Load() }
 

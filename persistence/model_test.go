@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -16,7 +18,22 @@ type model struct {
 	recs  []Record          // every appended record, in LSN order
 	snaps map[uint64]Record // newest snapshot per stream (LSN + data in Payload)
 	drops map[uint64]uint64 // stream -> LSN of its latest drop
+	kept  map[uint64][]uint64
 }
+
+// snapshotted is what the journal keeps of stream's snapshots after one at lsn:
+// the two newest, newest first, a second at the same LSN counting as one of them
+// (a third is not kept).
+func (m *model) snapshotted(stream, lsn uint64) {
+	k := m.kept[stream]
+	if len(k) >= 2 && k[0] == lsn && k[1] == lsn {
+		return
+	}
+	k = append([]uint64{lsn}, k...)
+	m.kept[stream] = k[:min(len(k), 2)]
+}
+
+func snapData(stream, lsn uint64) []byte { return []byte(fmt.Sprintf("state-%d-%d", stream, lsn)) }
 
 func (m *model) expect() (snaps []string, recs []string) {
 	for _, s := range slices.Sorted(maps.Keys(m.snaps)) {
@@ -50,7 +67,12 @@ func observe(t *rapid.T, j *Journal) (snaps []string, recs []string) {
 
 // TestJournalModel drives a journal with random appends, snapshots, drops,
 // compactions and reopens (tiny segments, so rollovers and compaction happen
-// constantly) and checks Replay and ReadStream against the model.
+// constantly) and checks Replay and ReadStream against the model. Two more
+// actions check compaction: a corrupt newest snapshot falls back to the one kept
+// before it and finds every record after it still there, and snapshotting every
+// stream at the last LSN (once or twice) and compacting deletes what is covered;
+// when each was snapshotted twice, every segment but the active one (a stream
+// that appends nothing after its snapshot must not hold the log).
 func TestJournalModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		dir, err := os.MkdirTemp("", "kjob-model-")
@@ -64,8 +86,55 @@ func TestJournalModel(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { j.Close() }()
-		m := &model{snaps: map[uint64]Record{}, drops: map[uint64]uint64{}}
+		m := &model{snaps: map[uint64]Record{}, drops: map[uint64]uint64{}, kept: map[uint64][]uint64{}}
 		stream := rapid.Uint64Range(0, 4)
+		// corrupt damages the snapshot of s that Open tries first and reopens: Open
+		// falls back to the one kept before it, and the records after that must all
+		// still be there (the "" check).
+		corrupt := func(t *rapid.T, s uint64) {
+			// The file Open tries first: the highest LSN, then the first name.
+			var files []string
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				if st, _, ok := parseSnapshotName(e.Name()); ok && st == s {
+					files = append(files, e.Name())
+				}
+			}
+			slices.SortFunc(files, func(a, b string) int {
+				_, la, _ := parseSnapshotName(a)
+				_, lb, _ := parseSnapshotName(b)
+				if la != lb {
+					return -cmpU64(la, lb)
+				}
+				return strings.Compare(a, b)
+			})
+			if len(files) != 2 {
+				t.Fatalf("stream %d: snapshot files %v, want the 2 kept (%v)", s, files, m.kept[s])
+			}
+			b, err := os.ReadFile(filepath.Join(dir, files[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)-1] ^= 0xFF
+			if err := os.WriteFile(filepath.Join(dir, files[0]), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := j.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if j, err = Open(opts); err != nil {
+				t.Fatal(err)
+			}
+			if rep := j.Report(); rep.FallbackSnapshots != 1 {
+				t.Fatalf("reopen after corrupting %s reported %+v", files[0], rep)
+			}
+			fall := m.kept[s][1]
+			m.snaps[s] = Record{LSN: fall, Payload: snapData(s, fall)}
+			m.kept[s] = m.kept[s][1:]
+		}
 		t.Repeat(map[string]func(*rapid.T){
 			"append": func(t *rapid.T) {
 				n := rapid.IntRange(1, 4).Draw(t, "n")
@@ -93,11 +162,63 @@ func TestJournalModel(t *testing.T) {
 					t.Skip("nothing to cover")
 				}
 				lsn := rapid.Uint64Range(lo, last).Draw(t, "lsn")
-				data := []byte(fmt.Sprintf("state-%d-%d", s, lsn))
+				data := snapData(s, lsn)
 				if err := j.WriteSnapshot(s, lsn, data); err != nil {
 					t.Fatal(err)
 				}
 				m.snaps[s] = Record{LSN: lsn, Payload: data}
+				m.snapshotted(s, lsn)
+			},
+			"corrupt newest snapshot": func(t *rapid.T) {
+				s := stream.Draw(t, "stream")
+				if len(m.kept[s]) < 2 {
+					t.Skip("no snapshot to fall back to")
+				}
+				corrupt(t, s)
+			},
+			"settle and compact": func(t *rapid.T) {
+				// Filler first, so that what came before is in segments compaction may
+				// delete (the active one never goes).
+				for range rapid.IntRange(0, 8).Draw(t, "filler") {
+					e := Entry{Stream: stream.Draw(t, "stream"), Type: 1, Payload: bytes.Repeat([]byte{7}, 900)}
+					first, _, err := j.Append([]Entry{e}, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					m.recs = append(m.recs, Record{LSN: first, Stream: e.Stream, Type: e.Type, Payload: e.Payload})
+				}
+				last := j.LastLSN()
+				if last == 0 {
+					t.Skip("empty")
+				}
+				all := true // every stream twice: then nothing holds the log
+				for s := uint64(0); s <= 4; s++ {
+					times := 2
+					if !rapid.Bool().Draw(t, "twice") {
+						times, all = 1, false
+					}
+					for range times {
+						if err := j.WriteSnapshot(s, last, snapData(s, last)); err != nil {
+							t.Fatal(err)
+						}
+						m.snaps[s] = Record{LSN: last, Payload: snapData(s, last)}
+						m.snapshotted(s, last)
+					}
+				}
+				if _, err := j.Compact(); err != nil {
+					t.Fatal(err)
+				}
+				if n := j.Segments(); all && n != 1 {
+					t.Fatalf("%d segments after every stream was snapshotted twice at the last LSN %d and compacted, want only the active one", n, last)
+				}
+				// A stream snapshotted once now falls back to its snapshot before:
+				// compaction must have kept the records after that.
+				for s := uint64(0); s <= 4; s++ {
+					if k := m.kept[s]; len(k) == 2 && k[1] < k[0] && rapid.Bool().Draw(t, "corrupt") {
+						corrupt(t, s)
+						break
+					}
+				}
 			},
 			"drop": func(t *rapid.T) {
 				s := stream.Draw(t, "stream")
@@ -107,6 +228,7 @@ func TestJournalModel(t *testing.T) {
 				m.recs = append(m.recs, Record{LSN: j.LastLSN(), Stream: s, Type: typeDropStream})
 				m.drops[s] = j.LastLSN()
 				delete(m.snaps, s)
+				delete(m.kept, s)
 			},
 			"compact": func(t *rapid.T) {
 				if _, err := j.Compact(); err != nil {

@@ -71,6 +71,11 @@ const (
 	// never pauses recovery still replays a bounded number of records.
 	SnapshotQuietMs     = 1000
 	SnapshotDeferFactor = 2
+	// SnapshotAskDeferrals: compaction's request to snapshot (TakeSnapshot, every
+	// 30 s while the shard's records hold the journal's oldest segment) waits while
+	// the shard is busy too, for at most this many requests in a row; the next is
+	// taken busy or not, so a shard that is never quiet still lets the journal go.
+	SnapshotAskDeferrals = 3
 )
 
 // snapshotDue reports whether the shard should snapshot now: enough has been appended
@@ -112,6 +117,7 @@ type Actor struct {
 	wakeAt        int64
 	lastSnap      uint64 // LSN of the last snapshot written
 	snapBusy      bool   // a snapshot is being encoded and written by its goroutine
+	askDeferred   int    // compaction's requests deferred in a row while busy
 	system        *actor.ActorSystem
 	loadAt        int64
 	loadv         atomic.Pointer[messages.ShardLoad]
@@ -235,6 +241,11 @@ func (a *Actor) Receive(ctx actor.Context) {
 		ctx.Respond(a.load(now))
 		return
 	case *TakeSnapshot:
+		if a.busy(now) && a.askDeferred < SnapshotAskDeferrals {
+			a.askDeferred++
+			return
+		}
+		a.askDeferred = 0
 		a.snapshot(true)
 		return
 	case *snapDone:

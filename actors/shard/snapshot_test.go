@@ -166,3 +166,45 @@ func TestNoSnapshotWhileFrozen(t *testing.T) {
 		t.Fatalf("%d snapshots taken while the shard was frozen", after-before)
 	}
 }
+
+// TestCompactionAskWaitsWhileBusy: compaction's request to snapshot waits while the
+// shard has fires at hand (the freeze would stall them), for SnapshotAskDeferrals
+// requests in a row; the next is taken, busy or not. A shard with nothing due soon
+// takes the first (TestNoSnapshotWhileFrozen).
+func TestCompactionAskWaitsWhileBusy(t *testing.T) {
+	sys := actor.NewActorSystem()
+	c := core.New(core.Config{Shard: route.Root("app")}, time.Now().UnixMilli(), 1)
+	j := &snapJournal{}
+	a := NewActor(c, j, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	j.a = a
+	pid := sys.Root.Spawn(a.Props(true, 0))
+	defer sys.Root.Stop(pid)
+	snaps := func(m any) int { // m, then a Stats: its step is done
+		t.Helper()
+		sys.Root.Send(pid, m)
+		if _, err := sys.Root.RequestFuture(pid, &Stats{}, 5*time.Second).Result(); err != nil {
+			t.Fatal(err)
+		}
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		return j.snaps
+	}
+	// Due every 200 ms, and no worker: always a fire at hand.
+	job := &messages.Job{Id: 1, App: "app", Handler: "h", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_FIXED_RATE, EveryMs: 200}}
+	if _, err := sys.Root.RequestFuture(pid, &messages.CreateJob{Job: job}, 5*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range SnapshotAskDeferrals {
+		if n := snaps(&TakeSnapshot{}); n != 0 {
+			t.Fatalf("request %d: %d snapshots of a shard with a fire at hand", i+1, n)
+		}
+	}
+	if n := snaps(&TakeSnapshot{}); n != 1 {
+		t.Fatalf("%d snapshots after %d deferred requests, want the next one taken", n, SnapshotAskDeferrals)
+	}
+	for i := range SnapshotAskDeferrals {
+		if n := snaps(&TakeSnapshot{}); n != 1 {
+			t.Fatalf("request %d after the snapshot: %d snapshots, want the count of deferrals started again", i+1, n)
+		}
+	}
+}

@@ -91,8 +91,13 @@ func (o *nsObserver) receive(next actor.ReceiverFunc) actor.ReceiverFunc {
 		case *messages.ServerHeartbeat:
 			o.serverHB.Inc()
 		case *messages.WorkerHeartbeat:
-			o.heartbeat(x.Worker.GetWorkerId(), x.Worker.GetApp(), time.Now())
+			if nscore.Check(x) == nil { // what the NameServer refuses is not counted (nor its app a label)
+				o.heartbeat(x.Worker.GetWorkerId(), x.Worker.GetApp(), time.Now())
+			}
 		case *messages.WorkerLeft:
+			if nscore.Check(x) != nil {
+				break
+			}
 			o.left.WithLabelValues(x.App).Inc()
 			delete(o.seen, x.WorkerId)
 			o.gone[x.WorkerId] = true

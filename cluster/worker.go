@@ -17,6 +17,7 @@ import (
 	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/actors/server"
 	"github.com/kjob/kjob/actors/worker"
+	workercore "github.com/kjob/kjob/actors/worker/core"
 	"github.com/kjob/kjob/messages"
 )
 
@@ -33,8 +34,8 @@ func Traceparent(ctx context.Context) string { return worker.Traceparent(ctx) }
 type WorkerConfig struct {
 	Servers  []string
 	App      string
-	ID       string // default: a fresh unique id
-	Capacity int    // handler pool size; default 64
+	ID       string // default: a fresh unique id; at most nscore.MaxWorkerIDLen bytes of UTF-8, no control character
+	Capacity int    // handler pool size; 0 = the default, 64; at most nscore.MaxWorkerCapacity
 	Listen   string // default 127.0.0.1:0
 	Log      *slog.Logger
 	// ActorLogLevel is the level from which proto.actor's own logs pass (default WARN).
@@ -64,6 +65,17 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	if why := route.ValidApp(cfg.App); why != "" {
 		return nil, &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "app", Message: why}
+	}
+	// The NameServer refuses a heartbeat out of these limits (nscore.ValidWorker):
+	// say so here, rather than start a worker no shard would ever hear of.
+	if cfg.Capacity < 0 || cfg.Capacity > nscore.MaxWorkerCapacity {
+		return nil, &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "capacity",
+			Message: fmt.Sprintf("must be 0 (the default, %d) to %d, got %d", workercore.DefaultCapacity, nscore.MaxWorkerCapacity, cfg.Capacity)}
+	}
+	if cfg.ID != "" { // "" = a fresh one, of the app's name and the actor system's id
+		if why := nscore.ValidWorkerID(cfg.ID); why != "" {
+			return nil, &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "id", Message: why}
+		}
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -161,6 +173,11 @@ func (w *Worker) heartbeat() bool {
 		r, err := w.system.Root.RequestFuture(pid, hb, 500*time.Millisecond).Result()
 		if err == nil {
 			p, _ := r.(*messages.Pong)
+			if e := kerr.FromWire(p.GetError()); e != nil {
+				// Refused (NewWorker checks the same limits, so only a server of
+				// another version would): asking again sooner would not help.
+				w.cfg.Log.Warn("kjob worker: heartbeat refused; this worker gets no dispatches", "worker", w.cfg.ID, "err", e)
+			}
 			return p.GetServerId() != ""
 		}
 		w.next++

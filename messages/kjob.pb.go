@@ -4581,10 +4581,13 @@ func (*Ping) Descriptor() ([]byte, []int) {
 	return file_kjob_proto_rawDescGZIP(), []int{55}
 }
 
+// Pong answers a Ping, and a WorkerHeartbeat: error is set when the heartbeat was
+// refused (a field out of its limits: nothing of it was registered).
 type Pong struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ServerId      string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
 	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Error         *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4631,6 +4634,13 @@ func (x *Pong) GetAddress() string {
 		return x.Address
 	}
 	return ""
+}
+
+func (x *Pong) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
 }
 
 type ShardMeta struct {
@@ -5485,10 +5495,11 @@ const file_kjob_proto_rawDesc = "" +
 	"nameserver\x18\x06 \x01(\tR\n" +
 	"nameserver\x12\x1a\n" +
 	"\bcomplete\x18\a \x01(\bR\bcomplete\"\x06\n" +
-	"\x04Ping\"=\n" +
+	"\x04Ping\"c\n" +
 	"\x04Pong\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"s\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12$\n" +
+	"\x05error\x18\x03 \x01(\v2\x0e.kjob.v1.ErrorR\x05error\"s\n" +
 	"\tShardMeta\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12$\n" +
@@ -5754,18 +5765,19 @@ var file_kjob_proto_depIdxs = []int32{
 	59, // 55: kjob.v1.ClusterStatusReply.servers:type_name -> kjob.v1.ServerStatus
 	61, // 56: kjob.v1.ClusterStatusReply.apps:type_name -> kjob.v1.AppStatus
 	60, // 57: kjob.v1.ClusterStatusReply.moves:type_name -> kjob.v1.MoveStatus
-	9,  // 58: kjob.v1.ShardMeta.target:type_name -> kjob.v1.Ref
-	65, // 59: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
-	12, // 60: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
-	67, // 61: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
-	31, // 62: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
-	30, // 63: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
-	69, // 64: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
-	65, // [65:65] is the sub-list for method output_type
-	65, // [65:65] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	8,  // 58: kjob.v1.Pong.error:type_name -> kjob.v1.Error
+	9,  // 59: kjob.v1.ShardMeta.target:type_name -> kjob.v1.Ref
+	65, // 60: kjob.v1.ShardSnapshot.meta:type_name -> kjob.v1.ShardMeta
+	12, // 61: kjob.v1.ShardSnapshot.jobs:type_name -> kjob.v1.Job
+	67, // 62: kjob.v1.ShardSnapshot.runs:type_name -> kjob.v1.RunState
+	31, // 63: kjob.v1.ShardSnapshot.dead:type_name -> kjob.v1.DeadLetter
+	30, // 64: kjob.v1.ShardSnapshot.history:type_name -> kjob.v1.RunRecord
+	69, // 65: kjob.v1.ShardSnapshot.requests:type_name -> kjob.v1.RequestSeen
+	66, // [66:66] is the sub-list for method output_type
+	66, // [66:66] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_kjob_proto_init() }

@@ -68,14 +68,17 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *messages.ServerHeartbeat:
 		a.core.ServerHeartbeat(now, m, a)
 	case *messages.WorkerHeartbeat:
-		a.core.WorkerHeartbeat(now, m, a)
+		err := a.core.WorkerHeartbeat(now, m, a)
 		if ctx.Sender() != nil {
-			// Registered: a worker that asks knows it need not try again soon (a
-			// server without a NameServer yet answers an empty Pong instead).
-			ctx.Respond(&messages.Pong{ServerId: "nameserver", Address: ctx.ActorSystem().Address()})
+			// Registered, or refused with the field at fault: either way a worker that
+			// asks knows it need not try again soon (a server without a NameServer yet
+			// answers an empty Pong instead).
+			ctx.Respond(&messages.Pong{ServerId: "nameserver", Address: ctx.ActorSystem().Address(), Error: err})
 		}
 	case *messages.WorkerLeft:
-		a.core.WorkerLeft(now, m, a)
+		// A goodbye has no reply: one refused is dropped (the server it came through
+		// logged it).
+		_ = a.core.WorkerLeft(now, m, a)
 	case *messages.ShardOpened:
 		if m.Error == nil {
 			a.core.ShardOpened(now, m.ServerId, m.Shard, a)
@@ -87,7 +90,8 @@ func (a *Actor) Receive(ctx actor.Context) {
 		}
 		ctx.Respond(a.core.GetRoutes(now, m, from, a))
 	case *messages.Subscribe:
-		a.core.GetRoutes(now, &messages.GetRoutes{}, m.Subscriber, a)
+		// No reply either: a refused subscription is dropped (the server logged it).
+		_ = a.core.Subscribe(now, m, a)
 	case *messages.LeaseNode:
 		ctx.Respond(a.core.Lease(now, m))
 	case *messages.ClusterStatus:

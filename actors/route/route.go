@@ -11,6 +11,8 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // MaxLevel bounds splitting: 2^20 shards per app is far past any real need.
@@ -111,6 +113,22 @@ func ValidApp(app string) string {
 	for _, r := range app {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
 			return fmt.Sprintf("has %q; only letters, digits, '.', '_' and '-' are allowed", r)
+		}
+	}
+	return ""
+}
+
+// TextFault says what makes s unfit for a name kjob keeps and sends (a handler, a
+// route key, a worker id), or "": bytes that are not UTF-8 (protobuf does not
+// marshal them, and proto.actor drops a message that does not marshal) or a control
+// character.
+func TextFault(s string) string {
+	if !utf8.ValidString(s) {
+		return fmt.Sprintf("%q is not valid UTF-8", s)
+	}
+	for i, r := range s {
+		if unicode.IsControl(r) {
+			return fmt.Sprintf("has the control character %U at byte %d", r, i)
 		}
 	}
 	return ""

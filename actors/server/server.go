@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/actors/kerr"
+	nscore "github.com/kjob/kjob/actors/nameserver/core"
 	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/actors/shard"
 	shardcore "github.com/kjob/kjob/actors/shard/core"
@@ -213,12 +214,41 @@ func (a *Actor) Receive(ctx actor.Context) {
 		a.pushWorkers(ctx)
 	case *messages.GetRoutes, *messages.WorkerHeartbeat, *messages.WorkerLeft, *messages.LeaseNode,
 		*messages.ClusterStatus, *messages.Subscribe:
+		if e := nscore.Check(m.(proto.Message)); e != nil {
+			a.refuse(ctx, m.(proto.Message), e)
+			return
+		}
 		ns := a.deps.NameServer()
 		if ns == nil {
 			a.unavailable(ctx, m.(proto.Message))
 			return
 		}
 		ctx.Forward(ns)
+	}
+}
+
+// refuse answers a worker's or client's message that fails the NameServer's
+// checks (nscore.Check) with the error, in the reply its sender waits for, without
+// forwarding it: the NameServer would refuse it all the same, and its observers
+// (metrics labelled by app) see only what it keeps. A goodbye or a subscription
+// has no reply: it is dropped with a warning.
+func (a *Actor) refuse(ctx actor.Context, m proto.Message, e *messages.Error) {
+	from := ""
+	if s := ctx.Sender(); s != nil {
+		from = s.Address + "/" + s.Id
+	}
+	a.deps.Log.Warn("refused a message from a worker or client", "type", string(m.ProtoReflect().Descriptor().Name()),
+		"from", from, "err", kerr.FromWire(e))
+	if ctx.Sender() == nil {
+		return
+	}
+	switch m.(type) {
+	case *messages.GetRoutes:
+		ctx.Respond(&messages.RouteTable{Error: e})
+	case *messages.LeaseNode:
+		ctx.Respond(&messages.LeaseNodeReply{Error: e})
+	case *messages.WorkerHeartbeat:
+		ctx.Respond(&messages.Pong{ServerId: a.deps.ServerID, Address: ctx.ActorSystem().Address(), Error: e})
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kjob/kjob/actors/kerr"
+	nscore "github.com/kjob/kjob/actors/nameserver/core"
 	shardcore "github.com/kjob/kjob/actors/shard/core"
 	"github.com/kjob/kjob/cluster"
 	"github.com/kjob/kjob/messages"
@@ -256,8 +257,9 @@ measure the node). Every figure is wall-clock on whatever else the machine runs.
 				benchDefault(cmd, "recover-n", &o.recoverN, shortRecoverN)
 				benchDefault(cmd, "memory-n", &o.memoryN, shortMemoryN)
 			}
-			if o.capacity < 0 {
-				return &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "worker-capacity", Message: "must not be negative"}
+			if o.capacity < 0 || o.capacity > nscore.MaxWorkerCapacity {
+				return &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "worker-capacity",
+					Message: fmt.Sprintf("must be 0 (the worker's default) to %d, got %d", nscore.MaxWorkerCapacity, o.capacity)}
 			}
 			for name, v := range map[string]int{"create-n": o.createN, "concurrency": o.concurrency, "fire-n": o.fireN,
 				"fire-rate": o.fireRate, "recover-n": o.recoverN, "memory-n": o.memoryN} {

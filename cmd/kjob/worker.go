@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	nscore "github.com/kjob/kjob/actors/nameserver/core"
 	"github.com/kjob/kjob/cluster"
 	"github.com/kjob/kjob/messages"
 )
@@ -84,7 +85,7 @@ func workerCmd() *cobra.Command {
 			return nil
 		}}
 	c.Flags().StringVar(&app, "app", "", "app to work for (required)")
-	c.Flags().StringVar(&id, "id", "", "worker id (default: generated)")
-	c.Flags().IntVar(&capacity, "capacity", 64, "handler pool size")
+	c.Flags().StringVar(&id, "id", "", fmt.Sprintf("worker id, at most %d bytes (default: generated)", nscore.MaxWorkerIDLen))
+	c.Flags().IntVar(&capacity, "capacity", 64, fmt.Sprintf("handler pool size, 1 to %d", nscore.MaxWorkerCapacity))
 	return c
 }

@@ -133,6 +133,8 @@ type Core struct {
 	lastSplitWhy string
 	lastSplitMs  int64
 	lastWasSplit bool // the last order was a split: a wanted move goes next
+	maxWorkers   int  // MaxWorkers (tests lower it)
+	maxSubs      int  // MaxSubscribers (tests lower it)
 }
 
 // New starts an empty NameServer at nowMs.
@@ -143,7 +145,7 @@ func New(nowMs int64, s Strategy) *Core {
 	return &Core{started: nowMs, strategy: s, servers: map[string]*server{}, gone: map[string]int64{}, workers: map[string]*worker{},
 		routes: map[string]*messages.RouteEntry{}, leases: map[int64]*lease{}, subs: map[string]int64{},
 		subRefs: map[string]*messages.Ref{}, pending: map[string]pendingAssign{}, moves: map[string]*move{}, version: nowMs,
-		split: SplitPolicy{Workers: DefaultSplitWorkers, Fires: DefaultSplitFires}}
+		split: SplitPolicy{Workers: DefaultSplitWorkers, Fires: DefaultSplitFires}, maxWorkers: MaxWorkers, maxSubs: MaxSubscribers}
 }
 
 // SetSelf names this NameServer instance (stamped on its tables, so a server can
@@ -428,8 +430,19 @@ func (c *Core) alive(serverID string) bool {
 }
 
 // WorkerHeartbeat records a worker.
-func (c *Core) WorkerHeartbeat(nowMs int64, hb *messages.WorkerHeartbeat, env Env) {
-	w := c.workers[hb.Worker.GetWorkerId()]
+//
+// A heartbeat that fails Check is refused with the error and changes nothing:
+// what is kept of a worker goes to every shard of its app (a worker without a
+// reference would take their dispatches nowhere) and into every route push (one
+// that does not marshal would reach no server).
+func (c *Core) WorkerHeartbeat(nowMs int64, hb *messages.WorkerHeartbeat, env Env) *messages.Error {
+	if e := Check(hb); e != nil {
+		return e
+	}
+	w := c.workers[hb.Worker.WorkerId]
+	if w == nil && len(c.workers) >= c.maxWorkers {
+		return errWorkersFull(len(c.workers), c.maxWorkers)
+	}
 	if w == nil || refKey(w.info.Ref) != refKey(hb.Worker.Ref) {
 		c.workersDirty = true
 	}
@@ -439,15 +452,25 @@ func (c *Core) WorkerHeartbeat(nowMs int64, hb *messages.WorkerHeartbeat, env En
 	}
 	w.info, w.lastSeen = hb.Worker, nowMs
 	c.flushPush(nowMs, env)
+	return nil
 }
 
-// WorkerLeft removes a worker that said goodbye.
-func (c *Core) WorkerLeft(nowMs int64, m *messages.WorkerLeft, env Env) {
-	if _, ok := c.workers[m.WorkerId]; ok {
+// WorkerLeft removes a worker that said goodbye. A goodbye that fails Check, or
+// names the worker with another app than it is registered for (not the goodbye of
+// that worker), removes nothing and is answered with the error.
+func (c *Core) WorkerLeft(nowMs int64, m *messages.WorkerLeft, env Env) *messages.Error {
+	if e := Check(m); e != nil {
+		return e
+	}
+	if w, ok := c.workers[m.WorkerId]; ok {
+		if w.info.App != m.App {
+			return kerr.Invalid("app", "worker %s is registered for app %s, not %s", m.WorkerId, w.info.App, m.App)
+		}
 		delete(c.workers, m.WorkerId)
 		c.workersDirty = true
 	}
 	c.flushPush(nowMs, env)
+	return nil
 }
 
 // Tick expires silent servers and workers, and re-pushes on change.
@@ -732,18 +755,23 @@ func (c *Core) Table(app string, withWorkers bool) *messages.RouteTable {
 }
 
 // GetRoutes answers a pull; with ensure it places the root shard of a new app.
+//
+// A request that fails Check, or a new subscription (from) past MaxSubscribers, is
+// answered with the error and an empty table, and keeps nothing.
 func (c *Core) GetRoutes(nowMs int64, m *messages.GetRoutes, from *messages.Ref, env Env) *messages.RouteTable {
-	if from != nil && m.App == "" {
+	if e := Check(m); e != nil {
+		return &messages.RouteTable{Version: c.version, Nameserver: c.self, Complete: c.Complete(nowMs), Error: e}
+	}
+	if from != nil && m.App == "" { // from Subscribe, which checked it
 		k := refKey(from)
+		if _, ok := c.subs[k]; !ok && len(c.subs) >= c.maxSubs {
+			return &messages.RouteTable{Version: c.version, Nameserver: c.self, Complete: c.Complete(nowMs), Error: errSubscribersFull(len(c.subs), c.maxSubs)}
+		}
 		c.subs[k], c.subRefs[k] = nowMs+SubscriberTTLMs, from
 	}
 	t := c.Table(m.App, m.WithWorkers)
 	t.Complete = c.Complete(nowMs)
-	if m.Ensure && m.App != "" && len(t.Routes) == 0 {
-		if why := route.ValidApp(m.App); why != "" {
-			t.Error = kerr.Invalid("app", "%s", why)
-			return t
-		}
+	if m.Ensure && len(t.Routes) == 0 {
 		if !t.Complete {
 			t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "name server is warming up")
 			return t
@@ -776,6 +804,16 @@ func (c *Core) GetRoutes(nowMs int64, m *messages.GetRoutes, from *messages.Ref,
 	return t
 }
 
+// Subscribe makes m.Subscriber a subscriber to the route table's pushes (without
+// workers) for SubscriberTTLMs; it has no reply. One that fails Check, or a new one
+// past MaxSubscribers, is refused with the error and keeps nothing.
+func (c *Core) Subscribe(nowMs int64, m *messages.Subscribe, env Env) *messages.Error {
+	if e := Check(m); e != nil {
+		return e
+	}
+	return c.GetRoutes(nowMs, &messages.GetRoutes{}, m.Subscriber, env).Error
+}
+
 // ShardOpened is a server's confirmation that it opened a shard.
 func (c *Core) ShardOpened(nowMs int64, serverID string, l *messages.ShardLoad, env Env) {
 	s := c.servers[serverID]
@@ -793,7 +831,11 @@ func (c *Core) ShardOpened(nowMs int64, serverID string, l *messages.ShardLoad, 
 
 // Lease grants or renews a snowflake node id. New ids are granted only after a full
 // TTL since start, so no id held by a live client (which renews) is ever re-granted.
+// A request that fails Check (no holder, a node out of range) is refused.
 func (c *Core) Lease(nowMs int64, m *messages.LeaseNode) *messages.LeaseNodeReply {
+	if e := Check(m); e != nil {
+		return &messages.LeaseNodeReply{Error: e}
+	}
 	for n, l := range c.leases {
 		if nowMs > l.expires {
 			delete(c.leases, n)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
@@ -309,17 +307,7 @@ func (c *Core) validate(j *messages.Job, createdMs int64) (*schedule.Compiled, *
 // nameFault says what makes s unfit for a name (a handler, a route key), or "":
 // bytes that are not UTF-8 (protobuf does not marshal them, so the job could not
 // be journaled) or a control character.
-func nameFault(s string) string {
-	if !utf8.ValidString(s) {
-		return fmt.Sprintf("%q is not valid UTF-8", s)
-	}
-	for i, r := range s {
-		if unicode.IsControl(r) {
-			return fmt.Sprintf("has the control character %U at byte %d", r, i)
-		}
-	}
-	return ""
-}
+func nameFault(s string) string { return route.TextFault(s) }
 
 // ValidatePolicy checks a job's policy, or an app's default policy; the error
 // names the field ("policy.attempts", ...) and the limit. A consistent_hash routing

@@ -114,37 +114,17 @@ func newMetrics(n *Node) *nodeMetrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_node_ready", Help: "1 when the node serves (see /readyz for why not)."},
 			func() float64 { return b2f(n.ready() == nil) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_journal_failed", Help: "1 when the node's journal hit a fatal error."},
-			func() float64 { return b2f(n.journal != nil && n.journal.Err() != nil) }),
+			n.ofJournal(func(j *persistence.Journal) float64 { return b2f(j.Err() != nil) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_journal_durable_lsn", Help: "Highest journal LSN known durable."},
-			func() float64 {
-				if n.journal == nil {
-					return 0
-				}
-				return float64(n.journal.DurableLSN())
-			}),
+			n.ofJournal(func(j *persistence.Journal) float64 { return float64(j.DurableLSN()) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_journal_last_lsn", Help: "Highest journal LSN assigned (minus durable = not yet synced)."},
-			func() float64 {
-				if n.journal == nil {
-					return 0
-				}
-				return float64(n.journal.LastLSN())
-			}),
+			n.ofJournal(func(j *persistence.Journal) float64 { return float64(j.LastLSN()) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kjob_journal_syncs_total",
 			Help: "Group commits (msyncs) of the node's journal; appended records per sync is their gain."},
-			func() float64 {
-				if n.journal == nil {
-					return 0
-				}
-				return float64(n.journal.Syncs())
-			}),
+			n.ofJournal(func(j *persistence.Journal) float64 { return float64(j.Syncs()) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_journal_segments",
 			Help: "Segment files the journal's log holds (64 MiB each by default; the active one included): compaction keeps this flat under a steady load."},
-			func() float64 {
-				if n.journal == nil {
-					return 0
-				}
-				return float64(n.journal.Segments())
-			}),
+			n.ofJournal(func(j *persistence.Journal) float64 { return float64(j.Segments()) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kjob_journal_compacted_segments_total",
 			Help: "Journal segments deleted by compaction, every shard's snapshots covering their records."},
 			func() float64 { return float64(n.compacted.Load()) }),
@@ -158,6 +138,16 @@ func newMetrics(n *Node) *nodeMetrics {
 			func() float64 { return float64(n.report.TruncatedBytes) }),
 	)
 	return m
+}
+
+// ofJournal reads a figure of the node's journal for /metrics: 0 before it is open.
+func (n *Node) ofJournal(f func(*persistence.Journal) float64) func() float64 {
+	return func() float64 {
+		if n.journal == nil {
+			return 0
+		}
+		return f(n.journal)
+	}
 }
 
 func b2f(b bool) float64 {

@@ -239,16 +239,23 @@ func (a *Actor) refuse(ctx actor.Context, m proto.Message, e *messages.Error) {
 	}
 	a.deps.Log.Warn("refused a message from a worker or client", "type", string(m.ProtoReflect().Descriptor().Name()),
 		"from", from, "err", kerr.FromWire(e))
-	if ctx.Sender() == nil {
-		return
+	if ctx.Sender() != nil {
+		answer(ctx, m, e, &messages.Pong{ServerId: a.deps.ServerID, Address: ctx.ActorSystem().Address(), Error: e})
 	}
+}
+
+// answer replies to m, a worker's or client's message for the NameServer, with e
+// in the reply its sender waits for; a heartbeat gets pong.
+func answer(ctx actor.Context, m proto.Message, e *messages.Error, pong *messages.Pong) {
 	switch m.(type) {
 	case *messages.GetRoutes:
 		ctx.Respond(&messages.RouteTable{Error: e})
 	case *messages.LeaseNode:
 		ctx.Respond(&messages.LeaseNodeReply{Error: e})
+	case *messages.ClusterStatus:
+		ctx.Respond(&messages.ClusterStatusReply{Error: e})
 	case *messages.WorkerHeartbeat:
-		ctx.Respond(&messages.Pong{ServerId: a.deps.ServerID, Address: ctx.ActorSystem().Address(), Error: e})
+		ctx.Respond(pong)
 	}
 }
 
@@ -467,17 +474,8 @@ func (a *Actor) loadOf(c *child) *messages.ShardLoad {
 }
 
 func (a *Actor) unavailable(ctx actor.Context, m proto.Message) {
-	e := kerr.New(messages.Code_UNAVAILABLE, "", "no name server reachable from %s yet", ctx.ActorSystem().Address())
-	switch m.(type) {
-	case *messages.GetRoutes:
-		ctx.Respond(&messages.RouteTable{Error: e})
-	case *messages.LeaseNode:
-		ctx.Respond(&messages.LeaseNodeReply{Error: e})
-	case *messages.ClusterStatus:
-		ctx.Respond(&messages.ClusterStatusReply{Error: e})
-	case *messages.WorkerHeartbeat:
-		ctx.Respond(&messages.Pong{})
-	}
+	// An empty Pong: the worker tries another server soon.
+	answer(ctx, m, kerr.New(messages.Code_UNAVAILABLE, "", "no name server reachable from %s yet", ctx.ActorSystem().Address()), &messages.Pong{})
 }
 
 // spawn starts a shard actor for core; nil when it could not (its name is still

@@ -56,6 +56,39 @@ func (j *snapJournal) WriteSnapshot(uint64, uint64, []byte) error {
 
 func (j *snapJournal) DropStream(uint64) error { return nil }
 
+// snapShard is a shard of app "app" on a snapJournal, to spawn; everyStep makes it
+// snapshot at every quiescent step (as if it never caught up with its cadence).
+func snapShard(cfg core.Config, everyStep bool) (*Actor, *snapJournal) {
+	cfg.Shard = route.Root("app")
+	j := &snapJournal{}
+	a := NewActor(core.New(cfg, time.Now().UnixMilli(), 1), j, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	j.a = a
+	if everyStep {
+		a.lastSnap = 1 << 63
+	}
+	return a, j
+}
+
+// stepDone sends m (if any) to the shard, then a Stats, whose reply says m's step is done.
+func stepDone(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, m any) *messages.ShardLoad {
+	t.Helper()
+	if m != nil {
+		sys.Root.Send(pid, m)
+	}
+	r, err := sys.Root.RequestFuture(pid, &Stats{}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.(*messages.ShardLoad)
+}
+
+// snapsTaken is how many snapshots the shard has written.
+func (j *snapJournal) snapsTaken() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.snaps
+}
+
 // A snapshot's freeze stalls the shard (about 0.15 µs a job); the dispatches of the
 // step that starts it go first, not after it. The shard here snapshots at every
 // quiescent step, so also at the one that releases the fire.
@@ -75,12 +108,7 @@ func TestDispatchesLeaveBeforeTheSnapshotFreeze(t *testing.T) {
 	defer sys.Root.Stop(wpid)
 
 	for _, armMs := range []int64{0, 5} {
-		now := time.Now().UnixMilli()
-		c := core.New(core.Config{Shard: route.Root("app"), ArmMs: armMs}, now, 1)
-		j := &snapJournal{}
-		a := NewActor(c, j, slog.New(slog.NewTextHandler(io.Discard, nil)))
-		j.a = a
-		a.lastSnap = 1 << 63 // never caught up: every quiescent step snapshots
+		a, j := snapShard(core.Config{ArmMs: armMs}, true)
 		pid := sys.Root.Spawn(a.Props(true, 0))
 		wref := &messages.Ref{Address: wpid.Address, Id: wpid.Id}
 		sys.Root.Send(pid, &SetWorkers{Workers: []*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 8}}})
@@ -124,32 +152,16 @@ func TestDispatchesLeaveBeforeTheSnapshotFreeze(t *testing.T) {
 // active at its old epoch beside the target (sim seed 862, stale-owner-active).
 func TestNoSnapshotWhileFrozen(t *testing.T) {
 	sys := actor.NewActorSystem()
-	c := core.New(core.Config{Shard: route.Root("app")}, time.Now().UnixMilli(), 1)
-	j := &snapJournal{}
-	a := NewActor(c, j, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	j.a = a
-	a.lastSnap = 1 << 63 // never caught up: every quiescent step snapshots
+	a, j := snapShard(core.Config{}, true)
 	pid := sys.Root.Spawn(a.Props(true, 0))
 	defer sys.Root.Stop(pid)
-	step := func(m any) *messages.ShardLoad { // m, then a Stats: its step is done
-		t.Helper()
-		if m != nil {
-			sys.Root.Send(pid, m)
-		}
-		r, err := sys.Root.RequestFuture(pid, &Stats{}, 5*time.Second).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.(*messages.ShardLoad)
-	}
+	step := func(m any) *messages.ShardLoad { return stepDone(t, sys, pid, m) }
 	job := &messages.Job{Id: 1, App: "app", Handler: "h", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 60_000}}
 	if _, err := sys.Root.RequestFuture(pid, &messages.CreateJob{Job: job}, 5*time.Second).Result(); err != nil {
 		t.Fatal(err)
 	}
 	step(&TakeSnapshot{})
-	j.mu.Lock()
-	before := j.snaps
-	j.mu.Unlock()
+	before := j.snapsTaken()
 	if before == 0 {
 		t.Fatal("no snapshot of the shard before its handoff: the test proves nothing")
 	}
@@ -159,10 +171,7 @@ func TestNoSnapshotWhileFrozen(t *testing.T) {
 	if l := step(&TakeSnapshot{}); !l.Frozen {
 		t.Fatal("the shard is not frozen after BeginHandoff")
 	}
-	j.mu.Lock()
-	after := j.snaps
-	j.mu.Unlock()
-	if after != before {
+	if after := j.snapsTaken(); after != before {
 		t.Fatalf("%d snapshots taken while the shard was frozen", after-before)
 	}
 }
@@ -173,22 +182,10 @@ func TestNoSnapshotWhileFrozen(t *testing.T) {
 // takes the first (TestNoSnapshotWhileFrozen).
 func TestCompactionAskWaitsWhileBusy(t *testing.T) {
 	sys := actor.NewActorSystem()
-	c := core.New(core.Config{Shard: route.Root("app")}, time.Now().UnixMilli(), 1)
-	j := &snapJournal{}
-	a := NewActor(c, j, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	j.a = a
+	a, j := snapShard(core.Config{}, false)
 	pid := sys.Root.Spawn(a.Props(true, 0))
 	defer sys.Root.Stop(pid)
-	snaps := func(m any) int { // m, then a Stats: its step is done
-		t.Helper()
-		sys.Root.Send(pid, m)
-		if _, err := sys.Root.RequestFuture(pid, &Stats{}, 5*time.Second).Result(); err != nil {
-			t.Fatal(err)
-		}
-		j.mu.Lock()
-		defer j.mu.Unlock()
-		return j.snaps
-	}
+	snaps := func(m any) int { stepDone(t, sys, pid, m); return j.snapsTaken() }
 	// Due every 200 ms, and no worker: always a fire at hand.
 	job := &messages.Job{Id: 1, App: "app", Handler: "h", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_FIXED_RATE, EveryMs: 200}}
 	if _, err := sys.Root.RequestFuture(pid, &messages.CreateJob{Job: job}, 5*time.Second).Result(); err != nil {

@@ -2,8 +2,9 @@ package core
 
 import (
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 
@@ -93,30 +94,15 @@ func nsHandle(t *testing.T, c *Core, e *auditEnv, now int64, m proto.Message) (w
 // nsState is what the NameServer keeps of workers and clients, printed.
 func nsState(c *Core) string {
 	var b strings.Builder
-	ids := make([]string, 0, len(c.workers))
-	for id := range c.workers {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(c.workers)) {
 		w := c.workers[id]
 		m, _ := proto.MarshalOptions{Deterministic: true}.Marshal(w.info)
 		fmt.Fprintf(&b, "worker %q %x %d\n", id, m, w.lastSeen)
 	}
-	nodes := make([]int64, 0, len(c.leases))
-	for n := range c.leases {
-		nodes = append(nodes, n)
-	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i] < nodes[j] })
-	for _, n := range nodes {
+	for _, n := range slices.Sorted(maps.Keys(c.leases)) {
 		fmt.Fprintf(&b, "lease %d %q %d\n", n, c.leases[n].holder, c.leases[n].expires)
 	}
-	subs := make([]string, 0, len(c.subs))
-	for k := range c.subs {
-		subs = append(subs, k)
-	}
-	sort.Strings(subs)
-	for _, k := range subs {
+	for _, k := range slices.Sorted(maps.Keys(c.subs)) {
 		fmt.Fprintf(&b, "sub %q %d\n", k, c.subs[k])
 	}
 	return b.String()

@@ -303,6 +303,56 @@ func TestRetryLadderToDeadLetterAcrossRestart(t *testing.T) {
 	}
 }
 
+// TestDeleteWhileOnTheLadder: a job deleted while its failed run waits on a retry
+// ladder level is gone for good: the level lets the run go (Ladder.Release), and no
+// later attempt, dead letter or alert comes of it, before or after a restart.
+func TestDeleteWhileOnTheLadder(t *testing.T) {
+	sink := newHookSink(t)
+	dir := t.TempDir()
+	m := startModel(t, dir, sink.hooks(), true)
+	ctx := context.Background()
+	const levelMs = 1500
+	j, err := m.client.Create(ctx, &messages.Job{App: "model", Handler: "fail",
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 50},
+		Policy:   &messages.Policy{Attempts: 2, LadderMs: []int64{levelMs}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var end1 int64
+	waitFor(t, 10*time.Second, "attempt 2 waiting on the ladder", func() bool {
+		rs, err := m.client.Runs(ctx, "model", j.Id, 10)
+		if err != nil || len(rs) != 2 || rs[0].Attempt != 2 || rs[1].Outcome != messages.Outcome_FAILED {
+			return false
+		}
+		end1 = rs[1].EndMs
+		return true
+	})
+	if err := m.client.Delete(ctx, "model", j.Id); err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(time.UnixMilli(end1 + levelMs)); left < 300*time.Millisecond {
+		t.Fatalf("the delete came %v before attempt 2 was due: the machine is too slow for this test's ladder", left)
+	}
+	// Past attempt 2's due, with room for a late one.
+	time.Sleep(time.Until(time.UnixMilli(end1 + levelMs + 1000)))
+	if rs := m.runsOf(j.Id); len(rs) != 1 {
+		t.Fatalf("%d attempts ran, want only attempt 1 (attempt 2 was deleted with its job)", len(rs))
+	}
+	if _, err := m.client.Get(ctx, "model", j.Id); !errors.Is(err, kerr.ErrNotFound) {
+		t.Fatalf("get of the deleted job: %v, want not found", err)
+	}
+	if ds, _, err := m.client.DeadLetters(ctx, "model", "", 10); err != nil || len(ds) != 0 {
+		t.Fatalf("dead letters %v (%v), want none", ds, err)
+	}
+	// A restart rebuilds the ladder from the journal: the deleted run is not in it.
+	m.stop()
+	m = startModel(t, dir, sink.hooks(), true)
+	time.Sleep(time.Second)
+	if rs := m.runsOf(j.Id); len(rs) != 0 || sink.count() != 0 {
+		t.Fatalf("after a restart %d attempts ran and %d alerts were sent, want none", len(rs), sink.count())
+	}
+}
+
 // TestOperations: pause/resume, trigger with params, update, list filters and
 // pagination, run history, dead-letter pagination and alerts, and an update of a
 // deleted job.

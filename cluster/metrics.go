@@ -125,6 +125,12 @@ func newMetrics(n *Node) *nodeMetrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_journal_segments",
 			Help: "Segment files the journal's log holds (64 MiB each by default; the active one included): compaction keeps this flat under a steady load."},
 			n.ofJournal(func(j *persistence.Journal) float64 { return float64(j.Segments()) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_journal_spare_failing",
+			Help: "1 while the journal cannot make its next segment (a full disk, most often; retried every second): it runs on what is left of the active one."},
+			n.ofJournal(func(j *persistence.Journal) float64 { return b2f(j.SpareErr() != nil) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_journal_no_room",
+			Help: "1 while the journal is down to its reserve with no next segment: creates, updates, triggers and replays are refused (RESOURCE_EXHAUSTED), fires and results go on."},
+			n.ofJournal(func(j *persistence.Journal) float64 { return b2f(j.Room() != nil) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kjob_journal_compacted_segments_total",
 			Help: "Journal segments deleted by compaction, every shard's snapshots covering their records."},
 			func() float64 { return float64(n.compacted.Load()) }),
@@ -408,6 +414,8 @@ func (mj meteredJournal) AppendWithin(entries []persistence.Entry, within time.D
 }
 
 func (mj meteredJournal) DropStream(stream uint64) error { return mj.j.DropStream(stream) }
+
+func (mj meteredJournal) Room() error { return mj.j.Room() }
 
 func (mj meteredJournal) WriteSnapshot(stream, lsn uint64, data []byte) error {
 	t0 := time.Now()

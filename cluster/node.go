@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -195,7 +196,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 					onSync(took, at)
 				}
 			},
-			FailSync: failSyncFromEnv()})
+			FailSync: failSyncFromEnv(), FailSegment: failSegmentFromEnv()})
 		if err != nil {
 			recDone <- fmt.Errorf("open journal in %s: %w", cfg.DataDir, err)
 			return
@@ -721,6 +722,24 @@ func failSyncFromEnv() func() error {
 	return func() error {
 		if _, err := os.Stat(path); err == nil {
 			return fmt.Errorf("injected sync failure: %s exists (%s)", path, FailSyncEnv)
+		}
+		return nil
+	}
+}
+
+// NoSpaceEnv names a file in the environment of a test process: while it exists,
+// the journal cannot make a new segment, as on a full disk
+// (persistence.Options.FailSegment). Unset (production) nothing is installed.
+const NoSpaceEnv = "KJOB_TEST_NO_SPACE_FILE"
+
+func failSegmentFromEnv() func() error {
+	path := os.Getenv(NoSpaceEnv)
+	if path == "" {
+		return nil
+	}
+	return func() error {
+		if _, err := os.Stat(path); err == nil {
+			return fmt.Errorf("injected: %s exists (%s): %w", path, NoSpaceEnv, syscall.ENOSPC)
 		}
 		return nil
 	}

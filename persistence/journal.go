@@ -75,6 +75,11 @@ type Options struct {
 	// KJOB_TEST_FAIL_SYNC_FILE): asked before every sync, an error it returns fails
 	// that sync as the disk's would, and the journal stops. Nil in production.
 	FailSync func() error
+	// FailSegment is a test process's fault injection (a node sets it from
+	// KJOB_TEST_NO_SPACE_FILE): asked before every new segment is made, an error
+	// it returns fails that segment as a full disk's fallocate would. Nil in
+	// production.
+	FailSegment func() error
 
 	backend    backend // tests and benchmarks only
 	noZeroFill bool    // tests only: segments only fallocated, as a rollover that finds no spare makes them
@@ -112,6 +117,37 @@ var (
 	ErrNoEntries = errors.New("persistence: no entries to append")
 	// ErrBadLSN means an LSN argument is outside what the journal holds.
 	ErrBadLSN = errors.New("persistence: LSN out of range")
+	// ErrNoSegment is matched by the fatal error of a rollover that found no
+	// spare segment and could not make one (a full disk): the journal stops, as
+	// on a failed sync, rather than leave its callers refused one by one.
+	ErrNoSegment = errors.New("persistence: cannot make the next segment, journal stopped")
+)
+
+// NoRoomError is Room's answer while the journal is short of disk: no spare
+// segment is ready, the last attempt to make one failed (Err), and the active
+// segment has less than its reserve left. The reserve is for what the journal's
+// callers have accepted already (a shard's fires and results); new work should
+// be refused until a spare is made again (retried every SpareRetry).
+type NoRoomError struct {
+	Dir          string
+	LeftBytes    int // what is left in the active segment
+	ReserveBytes int // Room's threshold: a segment's ReserveDivisor-th part
+	Err          error
+}
+
+func (e *NoRoomError) Error() string {
+	return fmt.Sprintf("journal in %s is out of disk space: cannot make its next segment (%v), and its active segment has %d bytes left, under the %d kept for work already accepted",
+		e.Dir, e.Err, e.LeftBytes, e.ReserveBytes)
+}
+
+func (e *NoRoomError) Unwrap() error { return e.Err }
+
+const (
+	// ReserveDivisor: Room reports no room once a segment's ReserveDivisor-th
+	// part is all that is left of the active one (8 MiB of 64) with no spare.
+	ReserveDivisor = 8
+	// SpareRetry is how often a spare that could not be made is tried again.
+	SpareRetry = time.Second
 )
 
 type waiter struct {
@@ -184,6 +220,7 @@ type Journal struct {
 
 	kick      chan struct{}
 	spares    chan *segment
+	spareErr  atomic.Pointer[error] // why the last spare could not be made; nil once one is
 	needSpare chan struct{}
 	ahead     chan syncJob // flusher -> aheadLoop: where a group commit's sync ended
 	stop      chan struct{}
@@ -388,7 +425,7 @@ func (j *Journal) recover() error {
 		for _, infos := range j.snaps {
 			j.next = max(j.next, infos[0].lsn+1)
 		}
-		s, err := createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend, j.zeroing(&zeroing{})) // nothing to pace yet
+		s, err := j.createSpare(j.zeroing(&zeroing{})) // nothing to pace yet
 		if err != nil {
 			return err
 		}
@@ -472,7 +509,8 @@ func (j *Journal) DurableLSN() uint64 { return j.durable.Load() }
 // LastLSN returns the highest LSN assigned.
 func (j *Journal) LastLSN() uint64 { return j.last.Load() }
 
-// Failed is closed when the journal stops on a failed sync (Err then says why).
+// Failed is closed when the journal stops on a failed sync, or on a rollover that
+// could not make its segment (Err then says why).
 func (j *Journal) Failed() <-chan struct{} { return j.failed }
 
 // Err returns the fatal error that stopped the journal, or nil.
@@ -556,11 +594,16 @@ func (j *Journal) append(entries []Entry, cb func(uint64, error), by time.Time) 
 	for range need {
 		s, err := j.takeSpare()
 		if err != nil {
+			// Nothing of the batch is written. Every later append needs the
+			// segment too, so the journal stops here (as on a failed sync: a
+			// node exits for its supervisor to restart it), rather than refuse
+			// its callers one by one; Room warned them while the reserve lasted.
 			for _, s := range fresh {
 				j.discardSpare(s)
 			}
 			j.mu.Unlock()
-			return 0, 0, err
+			j.failWith(ErrNoSegment, err, nil)
+			return 0, 0, j.Err()
 		}
 		fresh = append(fresh, s)
 	}
@@ -866,10 +909,13 @@ func (j *Journal) flush() {
 }
 
 // fail makes err the journal's fatal error and hands it to every waiter.
-func (j *Journal) fail(err error, taken []waiter) {
+func (j *Journal) fail(err error, taken []waiter) { j.failWith(ErrSyncFailed, err, taken) }
+
+// failWith is fail with the fatal error matching kind (ErrSyncFailed, ErrNoSegment).
+func (j *Journal) failWith(kind, err error, taken []waiter) {
 	j.mu.Lock()
 	if j.fatal == nil {
-		j.fatal = fmt.Errorf("%w: %w", ErrSyncFailed, err)
+		j.fatal = fmt.Errorf("%w: %w", kind, err)
 		j.log.Error("journal stopped", "err", err)
 		close(j.failed)
 	}
@@ -897,23 +943,31 @@ func (j *Journal) requestSpare() {
 // the spare, paced (zeroing).
 func (j *Journal) prepareLoop() {
 	defer j.wg.Done()
+	var retry <-chan time.Time // set after a failure: try again without being asked
 	for {
 		select {
 		case <-j.stop:
 			return
 		case <-j.needSpare:
+		case <-retry:
 		}
+		retry = nil
 		if len(j.spares) > 0 {
 			continue
 		}
-		s, err := createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend,
-			j.zeroing(&zeroing{pause: zeroPause, stop: j.stop, hurry: j.activeNearlyFull}))
+		s, err := j.createSpare(j.zeroing(&zeroing{pause: zeroPause, stop: j.stop, hurry: j.activeNearlyFull}))
 		if errors.Is(err, errZeroingStopped) {
 			return
 		}
 		if err != nil {
-			j.log.Warn("cannot prepare the next segment", "err", err)
+			if j.spareErr.Swap(&err) == nil {
+				j.log.Warn("cannot prepare the next segment; retrying every second", "err", err)
+			}
+			retry = time.After(SpareRetry)
 			continue
+		}
+		if j.spareErr.Swap(nil) != nil {
+			j.log.Info("next segment prepared again")
 		}
 		select {
 		case j.spares <- s:
@@ -949,7 +1003,47 @@ func (j *Journal) takeSpare() (*segment, error) {
 	}
 	j.log.Warn("no spare segment ready at a rollover: making one now, fallocated only (not zero-filled), under the append lock",
 		"segment_bytes", j.opts.SegmentSizeBytes)
-	return createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend, nil) // under the append mutex: quick, not zeroed
+	return j.createSpare(nil) // under the append mutex: quick, not zeroed
+}
+
+// createSpare makes a spare segment of the journal's size (FailSegment first).
+func (j *Journal) createSpare(z *zeroing) (*segment, error) {
+	if f := j.opts.FailSegment; f != nil {
+		if err := f(); err != nil {
+			return nil, fmt.Errorf("persistence: create segment: %w", err)
+		}
+	}
+	return createSpare(j.dirPath, j.opts.SegmentSizeBytes, j.opts.backend, z)
+}
+
+// SpareErr is why the last attempt to make a spare segment failed (a full disk,
+// most often), nil once one is made: an early warning, before Room refuses.
+func (j *Journal) SpareErr() error {
+	if p := j.spareErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Room says whether the journal should take new work: nil, or a *NoRoomError
+// while it is short of disk (see NoRoomError). Cheap while spares are being
+// made (one atomic load): a caller may ask before every command.
+func (j *Journal) Room() error {
+	p := j.spareErr.Load()
+	if p == nil || len(j.spares) > 0 {
+		return nil
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if len(j.segs) == 0 {
+		return nil
+	}
+	s := j.segs[len(j.segs)-1]
+	left, reserve := len(s.buf)-s.idx.end, int(j.opts.SegmentSizeBytes/ReserveDivisor)
+	if left >= reserve {
+		return nil
+	}
+	return &NoRoomError{Dir: j.dirPath, LeftBytes: left, ReserveBytes: reserve, Err: *p}
 }
 
 // zeroing is z, or nil where the options say segments are only fallocated.

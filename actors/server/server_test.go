@@ -60,6 +60,7 @@ func (j *heldJournal) WriteSnapshot(uint64, uint64, []byte) error {
 	return nil
 }
 func (j *heldJournal) DropStream(uint64) error { return nil }
+func (j *heldJournal) Room() error             { return nil }
 
 // release makes every held append durable (or failed with err).
 func (j *heldJournal) release(err error) {

@@ -26,6 +26,8 @@ type Journal interface {
 	SyncNow()
 	WriteSnapshot(stream, lsn uint64, data []byte) error
 	DropStream(stream uint64) error
+	// Room says why the journal should take no new work now (persistence.Journal.Room).
+	Room() error
 }
 
 // Local (never remote) messages of the shell.
@@ -341,6 +343,11 @@ func (a *Actor) arm() {
 	d := time.Until(time.UnixMilli(at))
 	a.timer = AfterFunc(d, func() { sys.Root.Send(self, &tick{at: at}) })
 }
+
+var _ core.Roomy = (*Actor)(nil)
+
+// JournalRoom implements core.Roomy.
+func (a *Actor) JournalRoom() error { return a.journal.Room() }
 
 // Append implements Env: the journal calls back from its flusher when durable.
 func (a *Actor) Append(entries []persistence.Entry) (uint64, error) {

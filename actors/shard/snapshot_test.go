@@ -55,6 +55,7 @@ func (j *snapJournal) WriteSnapshot(uint64, uint64, []byte) error {
 }
 
 func (j *snapJournal) DropStream(uint64) error { return nil }
+func (j *snapJournal) Room() error             { return nil }
 
 // snapShard is a shard of app "app" on a snapJournal, to spawn; everyStep makes it
 // snapshot at every quiescent step (as if it never caught up with its cadence).

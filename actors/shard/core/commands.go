@@ -56,6 +56,8 @@ func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env)
 	if c.park(from, m) {
 		return // handled once the job's armed run has gone (armed.go)
 	}
+	c.noRoom = roomFor(m, env)
+	defer c.clearRoom()
 	if b, ok := m.(*messages.CreateJobs); ok {
 		// Each create as if it came alone; one reply, behind all their records.
 		out := &messages.CreateJobsReply{Replies: make([]*messages.JobReply, len(b.Jobs))}
@@ -79,6 +81,26 @@ func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env)
 	c.send(from, c.command(m, nowMs))
 	c.flush(env)
 }
+
+// roomFor is the refusal of new work while env's journal is out of disk (Roomy),
+// for the messages that bring new work; nil for the rest.
+func roomFor(m proto.Message, env Env) *messages.Error {
+	switch m.(type) {
+	case *messages.CreateJob, *messages.CreateJobs, *messages.UpdateJob, *messages.TriggerJob, *messages.ReplayDeadLetter:
+	default:
+		return nil
+	}
+	r, ok := env.(Roomy)
+	if !ok {
+		return nil
+	}
+	if err := r.JournalRoom(); err != nil {
+		return kerr.New(messages.Code_RESOURCE_EXHAUSTED, "journal", "no new work is taken: %v", err)
+	}
+	return nil
+}
+
+func (c *Core) clearRoom() { c.noRoom = nil }
 
 func errorReply(m proto.Message, e *messages.Error) proto.Message {
 	switch x := m.(type) {
@@ -141,6 +163,9 @@ func (c *Core) commandInto(m proto.Message, nowMs int64, r *messages.JobReply) p
 		j, e := c.lookup(x.App, x.Id)
 		if e != nil {
 			return &messages.JobReply{Error: e}
+		}
+		if c.noRoom != nil {
+			return &messages.JobReply{Error: c.noRoom}
 		}
 		if len(x.Params) > MaxParamsBytes {
 			return &messages.JobReply{Error: kerr.Invalid("params", "%d bytes exceeds the limit of %d bytes", len(x.Params), MaxParamsBytes)}
@@ -370,6 +395,9 @@ func (c *Core) create(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 		}
 		return nil, kerr.New(messages.Code_ALREADY_EXISTS, "id", "job %d exists with a different definition", in.Id)
 	}
+	if c.noRoom != nil {
+		return nil, c.noRoom
+	}
 	if c.jobCount() >= c.cfg.MaxJobs {
 		return nil, kerr.New(messages.Code_RESOURCE_EXHAUSTED, "", "shard %s holds %d jobs, the limit", c.cfg.Shard, c.cfg.MaxJobs)
 	}
@@ -413,6 +441,9 @@ func (c *Core) update(in *messages.Job, nowMs int64) (*messages.Job, *messages.E
 		if e != nil {
 			return nil, e
 		}
+	}
+	if c.noRoom != nil {
+		return nil, c.noRoom
 	}
 	j := proto.Clone(old.j).(*messages.Job)
 	j.Handler, j.Params, j.Schedule, j.Policy = in.Handler, in.Params, in.Schedule, in.Policy
@@ -649,6 +680,9 @@ func (c *Core) deadLetters(m proto.Message, nowMs int64) proto.Message {
 		d := c.dead[x.RunId]
 		if d == nil {
 			return &messages.DeadLetterReply{Error: kerr.New(messages.Code_NOT_FOUND, "run_id", "no dead letter %q in shard %s (replayed or purged already?)", x.RunId, c.cfg.Shard)}
+		}
+		if c.noRoom != nil {
+			return &messages.DeadLetterReply{Error: c.noRoom}
 		}
 		c.emit(messages.RecordType_DEAD_LETTER_REMOVED, &messages.JobRef{Id: d.JobId, RunId: d.RunId, RequestId: c.reqID, AtMs: nowMs})
 		id, due := c.runID(d.JobId, nowMs), nowMs

@@ -95,6 +95,17 @@ type Recorder interface {
 	Recorded(types []messages.RecordType, ms []proto.Message)
 }
 
+// Roomy is an optional extension of Env: JournalRoom says why the journal should
+// take no new work now (persistence.Journal.Room: out of disk space, with only its
+// reserve left), nil when it may. While it says so, a create, an update, a trigger
+// and a dead letter's replay are refused with RESOURCE_EXHAUSTED on field
+// "journal"; what was accepted before (fires, results, retries) goes on into the
+// reserve, and reads, pauses and deletes are answered as ever. Asked once per
+// message that could be refused.
+type Roomy interface {
+	JournalRoom() error
+}
+
 // LazyAppender is an optional extension of Env: AppendBy is Append for records
 // that may wait for their msync until byMs, on the clock the core is given
 // (Config.LazySyncMs); the owner still hears of them through Durable.
@@ -299,6 +310,7 @@ type Core struct {
 	armHeld   []int64        // jobs due soon, not armed ahead while a command for them is parked (armed.go)
 	failed    error
 	frozen    *messages.Error // NOT_OWNER reply while handing off / handed off
+	noRoom    *messages.Error // RESOURCE_EXHAUSTED reply for new work, during one Handle (Roomy)
 
 	firesTotal int64
 	fireWin    [60]int64 // fires per second bucket, FireWindowMs wide

@@ -245,14 +245,20 @@ func (c *Client) refresh(ctx context.Context, app string, ensure bool) error {
 	if !ok {
 		return fmt.Errorf("unexpected reply %T", r)
 	}
-	if len(t.Routes) > 0 {
+	if rs := usableRoutes(app, t.Routes); len(rs) > 0 {
+		if len(rs) < len(t.Routes) {
+			c.log.Warn("route table: entries the client cannot use are ignored", "app", app, "ignored", len(t.Routes)-len(rs))
+		}
 		c.mu.Lock()
-		c.routes[app] = t.Routes
+		c.routes[app] = rs
 		c.mu.Unlock()
 		return nil
 	}
 	if err := kerr.FromWire(t.Error); err != nil {
 		return err
+	}
+	if len(t.Routes) > 0 { // all unusable: the app has shards, the client cannot reach them (yet)
+		return &kerr.Error{Code: messages.Code_UNAVAILABLE, Message: fmt.Sprintf("no usable route of app %q (%d entries ignored)", app, len(t.Routes))}
 	}
 	if t.Complete && !ensure {
 		// The NameServer has heard from every live server: the app has no shard, so
@@ -260,6 +266,20 @@ func (c *Client) refresh(ctx context.Context, app string, ensure bool) error {
 		return &kerr.Error{Code: messages.Code_NOT_FOUND, Field: "app", Message: fmt.Sprintf("app %q has no shard: no job was ever created in it", app)}
 	}
 	return &kerr.Error{Code: messages.Code_UNAVAILABLE, Message: fmt.Sprintf("no shard of app %q is known yet", app)}
+}
+
+// usableRoutes keeps the entries of rs the client can route app's requests by: of
+// app, at a level and index of a shard, with an owner to send to (an entry without
+// one took the client down: call, List and fanOut send to its owner).
+func usableRoutes(app string, rs []*messages.RouteEntry) []*messages.RouteEntry {
+	out := rs[:0:0]
+	for _, r := range rs {
+		if r != nil && r.App == app && r.Level >= 0 && r.Level <= route.MaxLevel && r.Index >= 0 && r.Index < int64(1)<<r.Level &&
+			r.Owner.GetAddress() != "" && r.Owner.GetId() != "" {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // shardFor is the route entry of the deepest shard of app holding id (route.Lookup's

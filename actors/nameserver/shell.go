@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/actors/dispatch"
+	"github.com/kjob/kjob/actors/kerr"
 	"github.com/kjob/kjob/actors/nameserver/core"
 	"github.com/kjob/kjob/messages"
 )
@@ -66,7 +67,11 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *tick:
 		a.core.Tick(now, a)
 	case *messages.ServerHeartbeat:
-		a.core.ServerHeartbeat(now, m, a)
+		// No reply: a refused heartbeat is dropped with a warning (the server goes
+		// on as one not heard from).
+		if err := a.core.ServerHeartbeat(now, m, a); err != nil {
+			refused(ctx, m, err)
+		}
 	case *messages.WorkerHeartbeat:
 		err := a.core.WorkerHeartbeat(now, m, a)
 		if ctx.Sender() != nil {
@@ -81,7 +86,9 @@ func (a *Actor) Receive(ctx actor.Context) {
 		_ = a.core.WorkerLeft(now, m, a)
 	case *messages.ShardOpened:
 		if m.Error == nil {
-			a.core.ShardOpened(now, m.ServerId, m.Shard, a)
+			if err := a.core.ShardOpened(now, m.ServerId, m.Shard, a); err != nil {
+				refused(ctx, m, err)
+			}
 		}
 	case *messages.GetRoutes:
 		var from *messages.Ref
@@ -99,6 +106,24 @@ func (a *Actor) Receive(ctx actor.Context) {
 		r.Nameserver = ctx.Self().Address
 		ctx.Respond(r)
 	}
+}
+
+// refused logs a server's message the core refused (a message without a reply):
+// its type, its sender and the error, which names the field.
+func refused(ctx actor.Context, m proto.Message, err *messages.Error) {
+	from := ""
+	if s := ctx.Sender(); s != nil {
+		from = s.Address + "/" + s.Id
+	}
+	id := ""
+	if s, ok := m.(interface{ GetServerId() string }); ok {
+		id = s.GetServerId()
+		if len(id) > core.MaxServerIDLen {
+			id = id[:core.MaxServerIDLen] + "..."
+		}
+	}
+	ctx.Logger().Warn("name server: refused a message from a server", "type", string(m.ProtoReflect().Descriptor().Name()),
+		"server_id", id, "from", from, "err", kerr.FromWire(err))
 }
 
 // Send implements Env.

@@ -160,6 +160,10 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *openDurable:
 		a.opened(ctx, m)
 	case *messages.MoveShard:
+		if e := checkMove(m); e != nil {
+			a.refusedOrder(ctx, m, e) // no reply: the NameServer sends it again if it still should
+			return
+		}
 		if self := ctx.Self(); !m.Split && m.Target.GetAddress() == self.Address && m.Target.GetId() == self.Id {
 			// A move to here is a stale order (the NameServer took a restart of this
 			// process for another server): the shard would hand itself to itself and
@@ -210,6 +214,10 @@ func (a *Actor) Receive(ctx actor.Context) {
 		if cur := a.table.Load(); cur != nil && proto.Equal(cur.Nameserver, m.Nameserver) && cur.Version > m.Version {
 			return
 		}
+		if e := checkTable(m); e != nil {
+			a.refusedOrder(ctx, m, e) // the last good table stays
+			return
+		}
 		a.table.Store(m)
 		a.pushWorkers(ctx)
 	case *messages.GetRoutes, *messages.WorkerHeartbeat, *messages.WorkerLeft, *messages.LeaseNode,
@@ -233,12 +241,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 // (metrics labelled by app) see only what it keeps. A goodbye or a subscription
 // has no reply: it is dropped with a warning.
 func (a *Actor) refuse(ctx actor.Context, m proto.Message, e *messages.Error) {
-	from := ""
-	if s := ctx.Sender(); s != nil {
-		from = s.Address + "/" + s.Id
-	}
-	a.deps.Log.Warn("refused a message from a worker or client", "type", string(m.ProtoReflect().Descriptor().Name()),
-		"from", from, "err", kerr.FromWire(e))
+	a.logRefused(ctx, m, e, "a worker or client")
 	if ctx.Sender() != nil {
 		answer(ctx, m, e, &messages.Pong{ServerId: a.deps.ServerID, Address: ctx.ActorSystem().Address(), Error: e})
 	}
@@ -263,13 +266,14 @@ func answer(ctx actor.Context, m proto.Message, e *messages.Error, pong *message
 // journaled first; only once it is durable is the shard spawned, reported in
 // heartbeats and confirmed (opened), so no one is told of a shard a crash can lose.
 func (a *Actor) assign(ctx actor.Context, m *messages.AssignShard) {
-	sh, err := route.Parse(m.Shard)
-	if err != nil {
+	if e := checkAssign(m); e != nil {
+		a.refusedOrder(ctx, m, e)
 		if ctx.Sender() != nil {
-			ctx.Respond(&messages.ShardOpened{ServerId: a.deps.ServerID, Error: kerr.Invalid("shard", "%v", err)})
+			ctx.Respond(&messages.ShardOpened{ServerId: a.deps.ServerID, Error: e})
 		}
 		return
 	}
+	sh, _ := route.Parse(m.Shard) // checked
 	if ns := a.deps.NameServer(); ns != nil && m.Nameserver != nil && (m.Nameserver.Address != ns.Address || m.Nameserver.Id != ns.Id) {
 		// From a NameServer instance other than the one this node resolves now: an
 		// old one's late order, whose app its successor may have placed elsewhere
@@ -371,10 +375,11 @@ func (a *Actor) opened(ctx actor.Context, m *openDurable) {
 // before it answers, then activates it at the new epoch. A repeat is answered the
 // same way without a second copy.
 func (a *Actor) importShard(ctx actor.Context, m *messages.ImportShard) *messages.ImportShardReply {
-	sh, err := route.Parse(m.Shard)
-	if err != nil {
-		return &messages.ImportShardReply{Error: kerr.Invalid("shard", "%v", err)}
+	if e := checkImport(m); e != nil {
+		a.refusedOrder(ctx, m, e)
+		return &messages.ImportShardReply{Error: e}
 	}
+	sh, _ := route.Parse(m.Shard) // checked
 	a.crash(CrashTargetReceived)
 	if c := a.children[m.Shard]; c != nil {
 		if c.epoch >= m.Epoch {
@@ -405,6 +410,12 @@ func (a *Actor) importShard(ctx actor.Context, m *messages.ImportShard) *message
 	core := a.deps.NewCore(sh, m.Epoch)
 	if err := core.LoadSnapshot(m.Snapshot, 0); err != nil {
 		return &messages.ImportShardReply{Error: kerr.Invalid("snapshot", "%v", err)}
+	}
+	// Its load goes into every heartbeat, which the NameServer refuses whole for a
+	// figure out of range: taken, such a snapshot would leave this server unheard.
+	if fw := core.FiresWindow(time.Now().UnixMilli()); fw < 0 || fw > nscore.MaxFiresWindow {
+		return &messages.ImportShardReply{Error: kerr.Invalid("snapshot", "shard %s: %d fires in its window, the limit is 0 to %d",
+			m.Shard, fw, int64(nscore.MaxFiresWindow))}
 	}
 	done := make(chan error, 1)
 	_, last, err := a.deps.Journal.Append([]persistence.Entry{{Stream: sh.Stream(), Type: uint8(messages.RecordType_SHARD_IMPORTED), Payload: m.Snapshot}},
@@ -520,7 +531,7 @@ func (a *Actor) heartbeat(ctx actor.Context) *messages.ServerHeartbeat {
 	hb.Known = knownRoutes(a.table.Load(), a.handedTo)
 	if j, ok := a.deps.Journal.(interface{ Err() error }); ok {
 		if err := j.Err(); err != nil {
-			hb.JournalError = err.Error() // the NameServer places no shard here until a restart
+			hb.JournalError = journalErrorText(err) // the NameServer places no shard here until a restart
 		}
 	}
 	return hb
@@ -584,7 +595,9 @@ func (a *Actor) pushWorkers(ctx actor.Context) {
 
 // knownRoutes is the server's hearsay for the NameServer: the routes of its table
 // and, for each shard it handed off, where it went (when newer than the table's;
-// an entry the table has caught up with is dropped from handed).
+// an entry the table has caught up with is dropped from handed). It is cut to
+// nscore.MaxRoutes, the most the NameServer takes in a heartbeat (hearsay only
+// helps a fresh NameServer: the shards' owners report them all the same).
 func knownRoutes(t *messages.RouteTable, handed map[string]*messages.RouteEntry) []*messages.RouteEntry {
 	out := make([]*messages.RouteEntry, 0, len(t.GetRoutes())+len(handed))
 	seen := make(map[string]bool, len(t.GetRoutes()))
@@ -607,5 +620,5 @@ func knownRoutes(t *messages.RouteTable, handed map[string]*messages.RouteEntry)
 	for _, n := range names {
 		out = append(out, handed[n])
 	}
-	return out
+	return out[:min(len(out), nscore.MaxRoutes)]
 }

@@ -222,14 +222,22 @@ func (c *Core) Complete(nowMs int64) bool { return nowMs-c.started >= WarmupMs }
 func refKey(r *messages.Ref) string { return r.GetAddress() + "/" + r.GetId() }
 
 // ServerHeartbeat records a server's report and adopts the shards it owns.
-func (c *Core) ServerHeartbeat(nowMs int64, hb *messages.ServerHeartbeat, env Env) {
+//
+// A heartbeat that fails Check is refused with the error and changes nothing (nor
+// does it count as a sign of life): its shards and hearsay would become routes in
+// every push (one without an owner takes a client down; one under a second name
+// of a shard is a second route to it), its reference would get the orders.
+func (c *Core) ServerHeartbeat(nowMs int64, hb *messages.ServerHeartbeat, env Env) *messages.Error {
+	if e := Check(hb); e != nil {
+		return e
+	}
 	if _, ok := c.gone[hb.ServerId]; ok {
-		return // a late heartbeat of a process restarted since
+		return nil // a late heartbeat of a process restarted since
 	}
 	s := c.servers[hb.ServerId]
 	if s == nil {
 		if c.superseded(nowMs, hb) {
-			return
+			return nil
 		}
 		s = &server{}
 		c.servers[hb.ServerId] = s
@@ -267,6 +275,7 @@ func (c *Core) ServerHeartbeat(nowMs int64, hb *messages.ServerHeartbeat, env En
 	c.splitsSettled(nowMs)
 	c.prune()
 	c.flushPush(nowMs, env)
+	return nil
 }
 
 // adoptOpenings binds each root shard the server says it is opening (its
@@ -814,11 +823,16 @@ func (c *Core) Subscribe(nowMs int64, m *messages.Subscribe, env Env) *messages.
 	return c.GetRoutes(nowMs, &messages.GetRoutes{}, m.Subscriber, env).Error
 }
 
-// ShardOpened is a server's confirmation that it opened a shard.
-func (c *Core) ShardOpened(nowMs int64, serverID string, l *messages.ShardLoad, env Env) {
+// ShardOpened is a server's confirmation that it opened a shard. One that fails
+// Check (no shard: it panicked the NameServer, which lost its picture) is refused
+// with the error and changes nothing.
+func (c *Core) ShardOpened(nowMs int64, serverID string, l *messages.ShardLoad, env Env) *messages.Error {
+	if e := Check(&messages.ShardOpened{ServerId: serverID, Shard: l}); e != nil {
+		return e
+	}
 	s := c.servers[serverID]
 	if s == nil {
-		return
+		return nil
 	}
 	// The server's last heartbeat with the new shard: every field kept, but the
 	// hearsay, which that heartbeat already brought.
@@ -826,7 +840,7 @@ func (c *Core) ShardOpened(nowMs int64, serverID string, l *messages.ShardLoad, 
 	hb.ServerId, hb.Known = serverID, nil
 	hb.Shards = append(hb.Shards, l)
 	hb.Opening = slices.DeleteFunc(hb.Opening, func(n string) bool { return n == l.GetShard() }) // open now
-	c.ServerHeartbeat(nowMs, hb, env)
+	return c.ServerHeartbeat(nowMs, hb, env)
 }
 
 // Lease grants or renews a snowflake node id. New ids are granted only after a full

@@ -434,6 +434,10 @@ func (k *checker) opDone(c *client, o *op, rep *messages.JobReply) {
 			k.acked++
 		}
 	}
+	if code == messages.Code_RESOURCE_EXHAUSTED && e.GetField() == "journal" && k.s.cfg.DiskFull {
+		k.refusedOnFullDisk(o, jm, e)
+		return
+	}
 	if code == messages.Code_INVALID_ARGUMENT {
 		k.failf("workload", "the workload sent an invalid %s for job %d: %s (field %s)", o.kind, o.id, e.GetMessage(), e.GetField())
 		return
@@ -483,6 +487,21 @@ func (k *checker) opDone(c *client, o *op, rep *messages.JobReply) {
 		default:
 			k.failf("call-refused", "%s of job %d refused: %s %s", o.kind, o.id, code, e.GetMessage())
 		}
+	}
+}
+
+// refusedOnFullDisk takes a shard's refusal of new work on a full disk
+// (shardcore.Roomy): a create, an update or a trigger may be refused, nothing else.
+// This copy of the call changed nothing, but an earlier copy still in the network
+// may yet be applied: a refused create may exist after all.
+func (k *checker) refusedOnFullDisk(o *op, jm *jobModel, e *messages.Error) {
+	k.s.stats.NoRoomRefusals++
+	switch o.kind {
+	case opCreate:
+		jm.maybeCreated = true
+	case opUpdate, opTrigger:
+	default:
+		k.failf("call-refused", "%s of job %d refused on a full disk, where only new work is: %s", o.kind, o.id, e.GetMessage())
 	}
 }
 

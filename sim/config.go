@@ -248,6 +248,13 @@ type Config struct {
 	// persistence.Journal.Replay after compaction. DefaultConfig sets it; a run
 	// without it never draws for it.
 	Snapshots bool
+	// DiskFull: with FaultDisk, a server's disk is full now and then before
+	// HealMs (up to two spells of 0.1–3 s each), and its shards refuse new work
+	// meanwhile (shardcore.Roomy: creates, updates and triggers answered
+	// RESOURCE_EXHAUSTED on field "journal"), as a node's journal down to its
+	// reserve does. DefaultConfig sets it; its spells are drawn from a PRNG of
+	// their own, so a run without it draws the same as before it.
+	DiskFull bool
 	// Quirks switch the simulated shells back to known-buggy behaviour.
 	Quirks Quirk
 	// Trace, when set, receives every trace line as it is written.
@@ -273,7 +280,7 @@ const (
 
 // DefaultConfig is the configuration of `kjob sim --seed seed`: every fault kind.
 func DefaultConfig(seed uint64) Config {
-	return Config{Seed: seed, Faults: AllFaults, ArmMs: shardcore.DefaultArmMs, LazySyncMs: shardcore.DefaultLazySyncMs, Batches: true, Snapshots: true}
+	return Config{Seed: seed, Faults: AllFaults, ArmMs: shardcore.DefaultArmMs, LazySyncMs: shardcore.DefaultLazySyncMs, Batches: true, Snapshots: true, DiskFull: true}
 }
 
 func (c *Config) defaults() {
@@ -314,6 +321,9 @@ func (c Config) ReplayCommand() string {
 	}
 	if !c.Snapshots {
 		cmd += " --snapshots=false"
+	}
+	if !c.DiskFull {
+		cmd += " --disk-full=false"
 	}
 	m := c.Mutations
 	if m.AckBeforeDurable {
@@ -386,6 +396,7 @@ type Stats struct {
 	Snapshots, SnapshotsLoaded int64
 	ChecksRun                  int64
 	StaleResults               int64 // results delivered to a shard at another epoch
+	NoRoomRefusals             int64 // calls answered RESOURCE_EXHAUSTED by a shard on a full disk (Config.DiskFull)
 	RetriesExact               int64 // retries checked to the millisecond against the ladder
 	MaxLateMs                  int64 // largest fire lateness once settled
 }

@@ -86,6 +86,14 @@
 // shard, must load into the state it was taken of (snapshot-load: loaded into a
 // fresh core and encoded again, the same bytes).
 //
+// With Config.DiskFull (the default; with FaultDisk) a server's disk is full for a
+// spell or two before the heal, and its shards refuse new work meanwhile, as a
+// node's journal down to its reserve does (shardcore.Roomy): a create, an update or
+// a trigger answered RESOURCE_EXHAUSTED on field "journal" ends the call (a refused
+// create may exist all the same: an earlier copy of it may still be applied); any
+// other call so refused breaks call-refused. The simulated journal still takes every
+// append meanwhile (the reserve).
+//
 // # What it does not cover yet
 //
 // Balance within the strategy's bound is checked only in long runs

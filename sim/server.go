@@ -2,8 +2,10 @@ package sim
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -78,7 +80,8 @@ type server struct {
 	busy          bool     // persisting an import: the server actor handles nothing else (queue)
 	queue         []queued // what reached the server actor while busy
 	crashOnAppend bool
-	snapEvery     int64 // records a shard appends between snapshots (drawn once, Config.Snapshots)
+	snapEvery     int64      // records a shard appends between snapshots (drawn once, Config.Snapshots)
+	full          [][2]int64 // spells [from, to) of a full disk (Config.DiskFull)
 }
 
 // queued is a message to the server actor that waits for it to be free.
@@ -89,8 +92,31 @@ type queued struct {
 
 func newServer(s *Sim, i int) *server {
 	addr := fmt.Sprintf("s%d", i+1)
-	return &server{s: s, idx: i, addr: addr, ref: &messages.Ref{Address: addr, Id: serverActorID}, disk: &disk{}}
+	v := &server{s: s, idx: i, addr: addr, ref: &messages.Ref{Address: addr, Id: serverActorID}, disk: &disk{}}
+	if s.cfg.DiskFull && s.cfg.Faults&FaultDisk != 0 {
+		// A PRNG of their own: the run's draws stay what they were without them.
+		r := rand.New(rand.NewPCG(s.cfg.Seed^0xd15cf0115eed, uint64(i)))
+		for range r.IntN(3) {
+			from := startMs + r.Int64N(max(s.cfg.HealMs-500, 1))
+			v.full = append(v.full, [2]int64{from, min(from+100+r.Int64N(2900), startMs+s.cfg.HealMs)})
+		}
+	}
+	return v
 }
+
+// diskFull says whether the server's disk is full now (Config.DiskFull): the
+// journal down to its reserve, on the simulation's clock (a disk has no skew).
+func (v *server) diskFull() bool {
+	for _, p := range v.full {
+		if v.s.now >= p[0] && v.s.now < p[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// errDiskFull is a full disk's answer to shardcore.Roomy.
+var errDiskFull = errors.New("the simulated disk is full: the journal is down to its reserve")
 
 func (v *server) address() string  { return v.addr }
 func (v *server) alive() bool      { return v.up }
@@ -160,6 +186,14 @@ func (h *shardHost) appendWithin(entries []persistence.Entry, withinMs int64) (u
 		return 0, fmt.Errorf("shard %s is gone from %s", h.name, h.srv.addr)
 	}
 	return h.srv.j.appendWithin(h, entries, nil, withinMs)
+}
+
+// JournalRoom implements shardcore.Roomy: no room while the server's disk is full.
+func (h *shardHost) JournalRoom() error {
+	if h.srv.diskFull() {
+		return errDiskFull
+	}
+	return nil
 }
 
 // SyncNow implements shardcore.LazyAppender.

@@ -116,14 +116,14 @@ func TestSweep(t *testing.T) {
 	t.Logf("in all: %d events, %d msgs (%d dropped, %d duplicated), crashes %d servers / %d workers / %d clients, "+
 		"%d torn tails, %d fsync failures, %d partitions, %d clock jumps, %d handoffs done (%d splits; %d begun, %d ordered by the NameServer), "+
 		"%d calls (%d acked, %d gave up; %d create batches of %d creates, %d creates then alone), "+
-		"%d fires, %d executions, %d retries, %d dead letters, %d recoveries (%d shards from a snapshot; %d snapshots written), %d stale-epoch results",
+		"%d fires, %d executions, %d retries, %d dead letters, %d recoveries (%d shards from a snapshot; %d snapshots written), %d stale-epoch results, %d calls refused on a full disk",
 		total.Events, total.Messages, total.Dropped, total.Duplicated,
 		total.ServerCrashes, total.WorkerCrashes, total.ClientCrashes,
 		total.TornTails, total.FsyncFailures, total.Partitions, total.ClockJumps,
 		total.MovesDone, total.SplitsDone, total.Moves, total.MoveOrders, total.Ops, total.OpsAcked, total.OpsGaveUp,
 		total.Batches, total.BatchedCreates, total.BatchFallbacks,
 		total.Fires, total.Executions, total.Retries, total.DeadLetters,
-		total.Recoveries, total.SnapshotsLoaded, total.Snapshots, total.StaleResults)
+		total.Recoveries, total.SnapshotsLoaded, total.Snapshots, total.StaleResults, total.NoRoomRefusals)
 	for _, inv := range sortedKeys(known) {
 		seeds := known[inv]
 		t.Logf("KNOWN BUG %s hit by %d of %d seeds (first: %v): %s", inv, len(seeds), n, seeds[:min(len(seeds), 8)], knownBugs[inv])
@@ -184,6 +184,7 @@ func add(t *Stats, s Stats) {
 	t.Snapshots += s.Snapshots
 	t.SnapshotsLoaded += s.SnapshotsLoaded
 	t.StaleResults += s.StaleResults
+	t.NoRoomRefusals += s.NoRoomRefusals
 }
 
 // TestSweepLongArm runs 200 seeds with the shards arming fires 500 ms ahead: most
@@ -360,6 +361,7 @@ func parseRegression(fields []string) (Config, string, error) {
 	cfg.LazySyncMs = 0    // (and before lazy syncs: lazy=)
 	cfg.Batches = false   // (and before the clients' create batches: batch)
 	cfg.Snapshots = false // (and before snapshots were simulated: snap)
+	cfg.DiskFull = false  // (and before full disks were: full)
 	for _, opt := range fields[2:] {
 		k, v, _ := strings.Cut(opt, "=")
 		switch k {
@@ -377,6 +379,8 @@ func parseRegression(fields []string) (Config, string, error) {
 			cfg.Batches = true
 		case "snap":
 			cfg.Snapshots = true
+		case "full":
+			cfg.DiskFull = true
 		case "balance": // a long run with the balance check (as TestBalanceAfterFaults)
 			cfg.DurationMs, cfg.HealMs, cfg.CheckBalance = BalanceRunMs, BalanceHealMs, true
 		default:

@@ -30,6 +30,7 @@ func simCmd() *cobra.Command {
 		checkBalance     bool
 		batches          bool
 		snapshots        bool
+		diskFull         bool
 	)
 	c := &cobra.Command{
 		Use:   "sim",
@@ -64,7 +65,7 @@ failure prints its seed, step, the tail of its trace and the command to replay i
 				return &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "lazy-sync-ms", Message: fmt.Sprintf("%d: must not be negative", lazyMs)}
 			}
 			base := sim.Config{Steps: steps, DurationMs: duration.Milliseconds(), HealMs: healAt.Milliseconds(),
-				Faults: fs, Quirks: qs, TailLines: tailLines, CheckBalance: checkBalance, ArmMs: armMs, LazySyncMs: lazyMs, Batches: batches, Snapshots: snapshots}
+				Faults: fs, Quirks: qs, TailLines: tailLines, CheckBalance: checkBalance, ArmMs: armMs, LazySyncMs: lazyMs, Batches: batches, Snapshots: snapshots, DiskFull: diskFull}
 			for _, m := range mutate {
 				if err := sim.ParseMutation(m, &base.Mutations); err != nil {
 					return err
@@ -120,6 +121,7 @@ failure prints its seed, step, the tail of its trace and the command to replay i
 	c.Flags().Int64Var(&armMs, "arm-ms", shardcore.DefaultArmMs, "shards journal a fire up to this many ms before its due and send it at the due (0: journal at the due)")
 	c.Flags().Int64Var(&lazyMs, "lazy-sync-ms", shardcore.DefaultLazySyncMs, "shards let results' acks and armed fires wait this many ms for a shared fsync (0: every step syncs at once)")
 	c.Flags().BoolVar(&batches, "batches", true, "clients send some creates in CreateJobs batches, as the Go client does (false: the harness before batches)")
+	c.Flags().BoolVar(&diskFull, "disk-full", true, "with the disk fault, a server's disk is full now and then and its shards refuse new work (false: the harness before full disks)")
 	c.Flags().BoolVar(&snapshots, "snapshots", true, "shards snapshot themselves every few records and recover from their newest snapshot (false: the harness before snapshots)")
 	c.Flags().IntVar(&tailLines, "tail", 0, fmt.Sprintf("trace lines shown with a failure (default %d)", sim.DefaultTailLines))
 	return c
@@ -133,8 +135,8 @@ func printSimResult(w io.Writer, r sim.Result) {
 		s.Messages, s.Dropped, s.Duplicated, s.ServerCrashes, s.WorkerCrashes, s.ClientCrashes, s.TornTails,
 		s.FsyncFailures, s.Partitions, s.ClockJumps, s.MovesDone)
 	fmt.Fprintf(w, "  work: %d calls (%d acked, %d gave up; %d create batches of %d creates, %d creates then alone), %d creates, %d deletes, %d fires, %d executions, %d retries, "+
-		"%d dead letters, %d recoveries (%d shards from a snapshot; %d snapshots written), max lateness once settled %d ms\n",
-		s.Ops, s.OpsAcked, s.OpsGaveUp, s.Batches, s.BatchedCreates, s.BatchFallbacks, s.Creates, s.Deletes, s.Fires, s.Executions, s.Retries, s.DeadLetters, s.Recoveries, s.SnapshotsLoaded, s.Snapshots, s.MaxLateMs)
+		"%d dead letters, %d recoveries (%d shards from a snapshot; %d snapshots written), %d calls refused on a full disk, max lateness once settled %d ms\n",
+		s.Ops, s.OpsAcked, s.OpsGaveUp, s.Batches, s.BatchedCreates, s.BatchFallbacks, s.Creates, s.Deletes, s.Fires, s.Executions, s.Retries, s.DeadLetters, s.Recoveries, s.SnapshotsLoaded, s.Snapshots, s.NoRoomRefusals, s.MaxLateMs)
 	for _, k := range r.Known {
 		fmt.Fprintf(w, "  known open bug met (the run went on): %s at step %d (t=%d ms): %s\n", k.Invariant, k.Step, k.AtMs, k.Message)
 	}

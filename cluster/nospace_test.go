@@ -20,7 +20,7 @@ import (
 // is down to its reserve — creates, updates and triggers get RESOURCE_EXHAUSTED
 // naming the journal, at once, not after the client's retries — while what it
 // accepted before goes on: jobs due fire, reads, pauses and deletes are answered.
-// /metrics says so. Once space is back it takes creates again by itself, and a
+// /metrics and the cluster's status say so. Once space is back it takes creates again by itself, and a
 // restart finds every job it acknowledged.
 func TestOutOfDiskSpace(t *testing.T) {
 	if testing.Short() {
@@ -105,6 +105,14 @@ func TestOutOfDiskSpace(t *testing.T) {
 		t.Fatalf("kjob_journal_no_room %v, kjob_journal_spare_failing %v; want 1 and 1",
 			obsValue(fams, "kjob_journal_no_room", nil), obsValue(fams, "kjob_journal_spare_failing", nil))
 	}
+	// Its heartbeats say so: the NameServer places no new app nor import there.
+	statusSays := func(noRoom bool) func() bool {
+		return func() bool {
+			st, err := c.Status(ctx)
+			return err == nil && len(st.Servers) == 1 && st.Servers[0].JournalNoRoom == noRoom
+		}
+	}
+	waitFor(t, 5*time.Second, "the cluster status to show the journal out of disk space", statusSays(true))
 	// What changes a job's definition or starts a run is refused too; reads, pauses
 	// and deletes are answered.
 	first, err := c.Get(ctx, "disk", acked[dueN])
@@ -155,6 +163,7 @@ func TestOutOfDiskSpace(t *testing.T) {
 	if fams := obsScrape(t, n); obsValue(fams, "kjob_journal_no_room", nil) != 0 || obsValue(fams, "kjob_journal_spare_failing", nil) != 0 {
 		t.Fatal("kjob_journal_no_room or kjob_journal_spare_failing still 1 once space is back")
 	}
+	waitFor(t, 5*time.Second, "the cluster status to show room again", statusSays(false))
 
 	// Everything acknowledged is there after a restart; the deleted job is not.
 	c.Close()

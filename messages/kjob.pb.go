@@ -3115,7 +3115,11 @@ type ServerHeartbeat struct {
 	// durable: its sync is in flight, or failed (the record may be on disk all the same,
 	// and a restart here would recover the shard). A fresh NameServer, which never sent
 	// the assignment, must not place their apps anywhere else.
-	Opening       []string `protobuf:"bytes,13,rep,name=opening,proto3" json:"opening,omitempty"`
+	Opening []string `protobuf:"bytes,13,rep,name=opening,proto3" json:"opening,omitempty"`
+	// The node's journal is down to its reserve with no next segment (a full disk:
+	// persistence.Journal.Room): its shards refuse new work, and it is no place for a
+	// new app nor an import until it has room again.
+	JournalNoRoom bool `protobuf:"varint,14,opt,name=journal_no_room,json=journalNoRoom,proto3" json:"journal_no_room,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3239,6 +3243,13 @@ func (x *ServerHeartbeat) GetOpening() []string {
 		return x.Opening
 	}
 	return nil
+}
+
+func (x *ServerHeartbeat) GetJournalNoRoom() bool {
+	if x != nil {
+		return x.JournalNoRoom
+	}
+	return false
 }
 
 type WorkerInfo struct {
@@ -4225,8 +4236,9 @@ type ServerStatus struct {
 	Cpu           float64                `protobuf:"fixed64,4,opt,name=cpu,proto3" json:"cpu,omitempty"`
 	Mem           float64                `protobuf:"fixed64,5,opt,name=mem,proto3" json:"mem,omitempty"`
 	LastSeenMs    int64                  `protobuf:"varint,6,opt,name=last_seen_ms,json=lastSeenMs,proto3" json:"last_seen_ms,omitempty"`
-	JournalError  string                 `protobuf:"bytes,7,opt,name=journal_error,json=journalError,proto3" json:"journal_error,omitempty"` // the server's journal failed: it serves no write and takes no shard until it restarts
-	Opening       []string               `protobuf:"bytes,8,rep,name=opening,proto3" json:"opening,omitempty"`                               // root shards it says it is opening (ServerHeartbeat.opening): their apps wait for it
+	JournalError  string                 `protobuf:"bytes,7,opt,name=journal_error,json=journalError,proto3" json:"journal_error,omitempty"`       // the server's journal failed: it serves no write and takes no shard until it restarts
+	Opening       []string               `protobuf:"bytes,8,rep,name=opening,proto3" json:"opening,omitempty"`                                     // root shards it says it is opening (ServerHeartbeat.opening): their apps wait for it
+	JournalNoRoom bool                   `protobuf:"varint,9,opt,name=journal_no_room,json=journalNoRoom,proto3" json:"journal_no_room,omitempty"` // the server's journal is out of disk space (ServerHeartbeat.journal_no_room)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4315,6 +4327,13 @@ func (x *ServerStatus) GetOpening() []string {
 		return x.Opening
 	}
 	return nil
+}
+
+func (x *ServerStatus) GetJournalNoRoom() bool {
+	if x != nil {
+		return x.JournalNoRoom
+	}
+	return false
 }
 
 type MoveStatus struct {
@@ -5371,7 +5390,7 @@ const file_kjob_proto_rawDesc = "" +
 	"\vfires_total\x18\x05 \x01(\x03R\n" +
 	"firesTotal\x12\x1e\n" +
 	"\x03pid\x18\x06 \x01(\v2\f.kjob.v1.RefR\x03pid\x12\x16\n" +
-	"\x06frozen\x18\a \x01(\bR\x06frozen\"\xa0\x03\n" +
+	"\x06frozen\x18\a \x01(\bR\x06frozen\"\xc8\x03\n" +
 	"\x0fServerHeartbeat\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12$\n" +
 	"\x06server\x18\x02 \x01(\v2\f.kjob.v1.RefR\x06server\x12*\n" +
@@ -5386,7 +5405,8 @@ const file_kjob_proto_rawDesc = "" +
 	" \x03(\v2\x13.kjob.v1.RouteEntryR\x05known\x12 \n" +
 	"\vincarnation\x18\v \x01(\x03R\vincarnation\x12#\n" +
 	"\rjournal_error\x18\f \x01(\tR\fjournalError\x12\x18\n" +
-	"\aopening\x18\r \x03(\tR\aopening\"\x8b\x01\n" +
+	"\aopening\x18\r \x03(\tR\aopening\x12&\n" +
+	"\x0fjournal_no_room\x18\x0e \x01(\bR\rjournalNoRoom\"\x8b\x01\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x10\n" +
@@ -5462,7 +5482,7 @@ const file_kjob_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\v2\x0e.kjob.v1.ErrorR\x05error\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\x03R\x04node\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\x0f\n" +
-	"\rClusterStatus\"\xf6\x01\n" +
+	"\rClusterStatus\"\x9e\x02\n" +
 	"\fServerStatus\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12*\n" +
@@ -5472,7 +5492,8 @@ const file_kjob_proto_rawDesc = "" +
 	"\flast_seen_ms\x18\x06 \x01(\x03R\n" +
 	"lastSeenMs\x12#\n" +
 	"\rjournal_error\x18\a \x01(\tR\fjournalError\x12\x18\n" +
-	"\aopening\x18\b \x03(\tR\aopening\"{\n" +
+	"\aopening\x18\b \x03(\tR\aopening\x12&\n" +
+	"\x0fjournal_no_room\x18\t \x01(\bR\rjournalNoRoom\"{\n" +
 	"\n" +
 	"MoveStatus\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +

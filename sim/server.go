@@ -854,6 +854,7 @@ func (v *server) heartbeat() {
 	if v.j.failed != nil {
 		hb.JournalError = v.j.failed.Error() // as actors/server
 	}
+	hb.JournalNoRoom = v.diskFull()
 	v.s.send(v.addr, v.ref, ns.ref, hb)
 }
 

@@ -534,6 +534,8 @@ func (a *Actor) heartbeat(ctx actor.Context) *messages.ServerHeartbeat {
 			hb.JournalError = journalErrorText(err) // the NameServer places no shard here until a restart
 		}
 	}
+	// Out of disk space: no new app nor import here until there is room again.
+	hb.JournalNoRoom = a.deps.Journal.Room() != nil
 	return hb
 }
 

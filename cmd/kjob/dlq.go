@@ -124,6 +124,9 @@ func clusterCmd() *cobra.Command {
 					if sv.JournalError != "" {
 						fmt.Printf("  journal failed (restart the server; it takes no shard until then): %s\n", sv.JournalError)
 					}
+					if sv.JournalNoRoom {
+						fmt.Println("  journal out of disk space: new work refused, no shard taken, until space is freed")
+					}
 					for _, sh := range sv.Opening {
 						fmt.Printf("  shard %s opening (its record not known durable: the app waits for this server)\n", sh)
 					}

@@ -882,8 +882,10 @@ func (c *Core) loads(nowMs int64) []ServerLoad {
 	for id, s := range c.servers {
 		// A server whose journal failed can neither open a shard nor hand one on
 		// until it restarts: it is no place for a new app (which would wait there,
-		// pendingAssign) nor either end of a move.
-		if s.alive && s.hb.GetJournalError() == "" {
+		// pendingAssign) nor either end of a move. One out of disk space
+		// (journal_no_room) refuses new work until it has room again: no place for
+		// a new app or an import either, and its shards stay where they are.
+		if s.alive && s.hb.GetJournalError() == "" && !s.hb.GetJournalNoRoom() {
 			ids = append(ids, id)
 		}
 	}
@@ -921,7 +923,8 @@ func (c *Core) Status(nowMs int64) *messages.ClusterStatusReply {
 			continue
 		}
 		out.Servers = append(out.Servers, &messages.ServerStatus{ServerId: id, Address: s.hb.Address, Shards: c.current(s.hb.Shards),
-			Cpu: s.hb.Cpu, Mem: s.hb.Mem, LastSeenMs: s.lastSeen, JournalError: s.hb.JournalError, Opening: s.hb.Opening})
+			Cpu: s.hb.Cpu, Mem: s.hb.Mem, LastSeenMs: s.lastSeen, JournalError: s.hb.JournalError, Opening: s.hb.Opening,
+			JournalNoRoom: s.hb.JournalNoRoom})
 	}
 	apps := map[string]*messages.AppStatus{}
 	var names []string

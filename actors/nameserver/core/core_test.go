@@ -524,30 +524,42 @@ func TestRouteFromHearsayEndsThePendingAssignment(t *testing.T) {
 
 // A server whose journal failed (its heartbeat says so) is no place for a new app —
 // it refuses to open one, and the app would wait there for a restart — and neither
-// end of a move.
+// end of a move; nor is one whose journal is out of disk space (journal_no_room),
+// which refuses new work until it has room again.
 func TestServerWithAFailedJournalTakesNoShard(t *testing.T) {
-	env := &routedLog{}
-	c := New(0, nil)
-	c.SetMembers([]string{"a:1", "b:1"})
-	bad := hb("a:1")
-	bad.JournalError = "msync: input/output error"
-	c.ServerHeartbeat(0, bad, env)
-	c.ServerHeartbeat(0, hb("b:1", load("busy/0/0", 1, 100, "b:1")), env)
-	now := int64(WarmupMs + 1)
-	c.GetRoutes(now, &messages.GetRoutes{App: "new", Ensure: true}, nil, env)
-	if want := []string{"new/0/0@1->b:1"}; fmt.Sprint(env.sent) != fmt.Sprint(want) {
-		t.Fatalf("orders %v, want %v (a:1's journal failed)", env.sent, want)
-	}
-	for _, l := range c.loads(now) {
-		if l.ID == "a:1-id" {
-			t.Fatalf("loads list a:1, whose journal failed: %v", c.loads(now))
+	for _, tc := range []struct {
+		name string
+		bad  func(*messages.ServerHeartbeat)
+	}{
+		{"failed", func(h *messages.ServerHeartbeat) { h.JournalError = "msync: input/output error" }},
+		{"no room", func(h *messages.ServerHeartbeat) { h.JournalNoRoom = true }},
+	} {
+		env := &routedLog{}
+		c := New(0, nil)
+		c.SetMembers([]string{"a:1", "b:1"})
+		bad := hb("a:1")
+		tc.bad(bad)
+		c.ServerHeartbeat(0, bad, env)
+		c.ServerHeartbeat(0, hb("b:1", load("busy/0/0", 1, 100, "b:1")), env)
+		now := int64(WarmupMs + 1)
+		c.GetRoutes(now, &messages.GetRoutes{App: "new", Ensure: true}, nil, env)
+		if want := []string{"new/0/0@1->b:1"}; fmt.Sprint(env.sent) != fmt.Sprint(want) {
+			t.Fatalf("%s: orders %v, want %v (a:1's journal is %s)", tc.name, env.sent, want, tc.name)
 		}
-	}
-	// Only a:1 left, and its journal failed: nothing is placed.
-	c2 := New(0, nil)
-	c2.ServerHeartbeat(0, bad, env)
-	if tb := c2.GetRoutes(now, &messages.GetRoutes{App: "other", Ensure: true}, nil, env); tb.Error.GetCode() != messages.Code_UNAVAILABLE || len(env.sent) != 1 {
-		t.Fatalf("a lone server with a failed journal: %v, orders %v", tb.Error, env.sent)
+		for _, l := range c.loads(now) {
+			if l.ID == "a:1-id" {
+				t.Fatalf("%s: loads list a:1: %v", tc.name, c.loads(now))
+			}
+		}
+		if st := c.Status(now); len(st.Servers) != 2 || (st.Servers[0].JournalError != "") != (tc.name == "failed") || st.Servers[0].JournalNoRoom != (tc.name == "no room") {
+			t.Fatalf("%s: status %v", tc.name, st.Servers)
+		}
+		// Only a:1 left, and its journal is bad: nothing is placed.
+		c2 := New(0, nil)
+		c2.ServerHeartbeat(0, bad, env)
+		if tb := c2.GetRoutes(now, &messages.GetRoutes{App: "other", Ensure: true}, nil, env); tb.Error.GetCode() != messages.Code_UNAVAILABLE || len(env.sent) != 1 {
+			t.Fatalf("%s: a lone server with a bad journal: %v, orders %v", tc.name, tb.Error, env.sent)
+		}
 	}
 }
 

@@ -38,6 +38,14 @@ func (e *fakeEnv) Send(to *messages.Ref, m proto.Message) { e.sent = append(e.se
 
 func (e *fakeEnv) take() []sentMsg { s := e.sent; e.sent = nil; return s }
 
+// testEnv is an Env the tests' helpers drive: a fakeEnv, or one that embeds it.
+type testEnv interface {
+	Env
+	fake() *fakeEnv
+}
+
+func (e *fakeEnv) fake() *fakeEnv { return e }
+
 var (
 	client = &messages.Ref{Address: "c", Id: "client"}
 	wref   = &messages.Ref{Address: "w", Id: "worker"}

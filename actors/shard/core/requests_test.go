@@ -10,10 +10,11 @@ import (
 )
 
 // reply handles m at now, makes the journal durable and returns the one reply.
-func reply(t *testing.T, c *Core, e *fakeEnv, now int64, m proto.Message) *messages.JobReply {
+func reply(t *testing.T, c *Core, env testEnv, now int64, m proto.Message) *messages.JobReply {
 	t.Helper()
-	c.Handle(now, client, m, e)
-	c.Durable(e.lsn, nil, e)
+	e := env.fake()
+	c.Handle(now, client, m, env)
+	c.Durable(e.lsn, nil, env)
 	for _, s := range e.take() {
 		if r, ok := s.m.(*messages.JobReply); ok && s.to == client {
 			return r

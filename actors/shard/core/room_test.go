@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/messages"
 )
@@ -36,15 +34,15 @@ func TestNoRoomRefusesOnlyNewWork(t *testing.T) {
 	c.Durable(e.lsn, nil, e)
 	c.SetWorkers(1000, []*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 4}}, e)
 	taken := &messages.CreateJob{Job: onceJob(7, 50), RequestId: 1}
-	if r := roomReply(t, c, e, 1000, taken); r.Error != nil {
+	if r := reply(t, c, e, 1000, taken); r.Error != nil {
 		t.Fatal(r.Error)
 	}
 	other := &messages.CreateJob{Job: onceJob(8, 3_600_000), RequestId: 2}
-	if r := roomReply(t, c, e, 1000, other); r.Error != nil {
+	if r := reply(t, c, e, 1000, other); r.Error != nil {
 		t.Fatal(r.Error)
 	}
 	up := &messages.UpdateJob{Job: onceJob(8, 1_800_000), RequestId: 3}
-	if r := roomReply(t, c, e, 1001, up); r.Error != nil || r.Job.Version != 2 {
+	if r := reply(t, c, e, 1001, up); r.Error != nil || r.Job.Version != 2 {
 		t.Fatalf("update: %v", r)
 	}
 
@@ -57,9 +55,9 @@ func TestNoRoomRefusesOnlyNewWork(t *testing.T) {
 	}
 	lsn := e.lsn
 	fresh := &messages.CreateJob{Job: onceJob(9, 50), RequestId: 4}
-	refused("a new create", roomReply(t, c, e, 1010, fresh))
-	refused("an update", roomReply(t, c, e, 1010, &messages.UpdateJob{Job: onceJob(8, 900_000), RequestId: 5}))
-	refused("a trigger", roomReply(t, c, e, 1010, &messages.TriggerJob{App: "app", Id: 8, RequestId: 6}))
+	refused("a new create", reply(t, c, e, 1010, fresh))
+	refused("an update", reply(t, c, e, 1010, &messages.UpdateJob{Job: onceJob(8, 900_000), RequestId: 5}))
+	refused("a trigger", reply(t, c, e, 1010, &messages.TriggerJob{App: "app", Id: 8, RequestId: 6}))
 	c.Handle(1010, client, &messages.CreateJobs{Jobs: []*messages.CreateJob{{Job: onceJob(10, 50), RequestId: 7}, taken}}, e)
 	c.Durable(e.lsn, nil, e)
 	for _, s := range e.take() {
@@ -74,26 +72,26 @@ func TestNoRoomRefusesOnlyNewWork(t *testing.T) {
 		t.Fatalf("refused commands journaled %d records", e.lsn-lsn)
 	}
 	// Retries of what was taken are answered as taken.
-	if r := roomReply(t, c, e, 1020, taken); r.Error != nil || r.Job.GetId() != 7 {
+	if r := reply(t, c, e, 1020, taken); r.Error != nil || r.Job.GetId() != 7 {
 		t.Fatalf("a retried create with no room: %v, want it answered as taken", r)
 	}
-	if r := roomReply(t, c, e, 1020, &messages.CreateJob{Job: onceJob(7, 50)}); r.Error != nil || r.Job.GetId() != 7 {
+	if r := reply(t, c, e, 1020, &messages.CreateJob{Job: onceJob(7, 50)}); r.Error != nil || r.Job.GetId() != 7 {
 		t.Fatalf("the same create without its request id, with no room: %v, want it answered as taken", r)
 	}
-	if r := roomReply(t, c, e, 1020, up); r.Error != nil || r.Job.Version != 2 {
+	if r := reply(t, c, e, 1020, up); r.Error != nil || r.Job.Version != 2 {
 		t.Fatalf("a retried update with no room: %v, want version 2 as taken", r)
 	}
 	// What was accepted goes on: reads, pauses, resumes, deletes, the due fire.
-	if r := roomReply(t, c, e, 1020, &messages.GetJob{App: "app", Id: 8}); r.Error != nil {
+	if r := reply(t, c, e, 1020, &messages.GetJob{App: "app", Id: 8}); r.Error != nil {
 		t.Fatal(r.Error)
 	}
-	if r := roomReply(t, c, e, 1020, &messages.PauseJob{App: "app", Id: 8, RequestId: 8}); r.Error != nil {
+	if r := reply(t, c, e, 1020, &messages.PauseJob{App: "app", Id: 8, RequestId: 8}); r.Error != nil {
 		t.Fatal(r.Error)
 	}
-	if r := roomReply(t, c, e, 1020, &messages.ResumeJob{App: "app", Id: 8, RequestId: 9}); r.Error != nil {
+	if r := reply(t, c, e, 1020, &messages.ResumeJob{App: "app", Id: 8, RequestId: 9}); r.Error != nil {
 		t.Fatal(r.Error)
 	}
-	if r := roomReply(t, c, e, 1020, &messages.DeleteJob{App: "app", Id: 8, RequestId: 10}); r.Error != nil {
+	if r := reply(t, c, e, 1020, &messages.DeleteJob{App: "app", Id: 8, RequestId: 10}); r.Error != nil {
 		t.Fatal(r.Error)
 	}
 	c.Tick(1050, e)
@@ -110,24 +108,10 @@ func TestNoRoomRefusesOnlyNewWork(t *testing.T) {
 
 	// Room again: the refused create's retry is taken, once.
 	e.full = false
-	if r := roomReply(t, c, e, 1100, fresh); r.Error != nil || r.Job.GetId() != 9 || r.Job.Version != 1 {
+	if r := reply(t, c, e, 1100, fresh); r.Error != nil || r.Job.GetId() != 9 || r.Job.Version != 1 {
 		t.Fatalf("the refused create's retry once there is room: %v", r)
 	}
-	if r := roomReply(t, c, e, 1100, fresh); r.Error != nil || r.Job.Version != 1 {
+	if r := reply(t, c, e, 1100, fresh); r.Error != nil || r.Job.Version != 1 {
 		t.Fatalf("its second retry: %v", r)
 	}
-}
-
-// roomReply is reply for a roomyEnv.
-func roomReply(t *testing.T, c *Core, e *roomyEnv, now int64, m proto.Message) *messages.JobReply {
-	t.Helper()
-	c.Handle(now, client, m, e)
-	c.Durable(e.lsn, nil, e)
-	for _, s := range e.take() {
-		if r, ok := s.m.(*messages.JobReply); ok && s.to == client {
-			return r
-		}
-	}
-	t.Fatalf("no reply to %T", m)
-	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -65,7 +64,6 @@ type nodeMetrics struct {
 	routeUpdates prometheus.Counter
 	assigned     prometheus.Counter
 	workers      *prometheus.GaugeVec
-	tableVersion atomic.Int64
 
 	ns     *nsObserver
 	shards *shardGauges
@@ -429,23 +427,30 @@ func (mj meteredJournal) WriteSnapshot(stream, lsn uint64, data []byte) error {
 
 // ---------------------------------------------------------------- server actor
 
-// serverMiddleware watches the server actor's mailbox: route tables and assignments.
-func (m *nodeMetrics) serverMiddleware(next actor.ReceiverFunc) actor.ReceiverFunc {
-	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-		switch x := env.Message.(type) {
-		case *messages.RouteTable:
-			if x.Version >= m.tableVersion.Load() { // the server ignores older tables too
-				m.tableVersion.Store(x.Version)
+// serverMiddleware watches the server actor's mailbox: route tables and
+// assignments. A route table counts once the server took it (table, the one it
+// holds, is then that table): it refuses an older one, one from a NameServer that
+// is not the current one, and one it cannot use.
+func (m *nodeMetrics) serverMiddleware(table func() *messages.RouteTable) actor.ReceiverMiddleware {
+	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			switch x := env.Message.(type) {
+			case *messages.RouteTable:
+				next(c, env)
+				if table() != x {
+					return
+				}
 				m.routeVersion.Set(float64(x.Version))
 				m.routeUpdates.Inc()
 				m.workers.Reset()
 				for _, a := range x.Apps {
 					m.workers.WithLabelValues(a.App).Set(float64(len(a.Workers)))
 				}
+				return
+			case *messages.AssignShard:
+				m.assigned.Inc()
 			}
-		case *messages.AssignShard:
-			m.assigned.Inc()
+			next(c, env)
 		}
-		next(c, env)
 	}
 }

@@ -273,7 +273,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		// Spawned after the remote started, so its PIDs (and its shards') carry the
 		// real address rather than "nonhost".
 		n.server, err = n.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return n.actor },
-			actor.WithReceiverMiddleware(n.metrics.serverMiddleware), actor.WithDispatcher(dispatch.Shared), actor.WithMailbox(dispatch.Mailbox)), server.Name)
+			actor.WithReceiverMiddleware(n.metrics.serverMiddleware(func() *messages.RouteTable { return n.actor.Table() })), actor.WithDispatcher(dispatch.Shared), actor.WithMailbox(dispatch.Mailbox)), server.Name)
 		if err != nil {
 			startErr = err
 		}

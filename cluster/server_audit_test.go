@@ -170,8 +170,9 @@ func TestHostileServerMessages(t *testing.T) {
 		field string
 	}{
 		{"move to no actor", &messages.MoveShard{Shard: "orders/0/0", Epoch: orders.Epoch, Target: &messages.Ref{}}, "target.address"},
-		{"table with an entry without an owner", &messages.RouteTable{Version: n.Routes().GetVersion() + 1, Nameserver: &messages.Ref{Address: ns.Address, Id: ns.Id},
-			Routes: []*messages.RouteEntry{{Shard: "orders/0/0", App: "orders", ServerId: serverID, Epoch: orders.Epoch + 1}}}, "routes[0].owner"},
+		{"table with an entry without an owner", &messages.RouteTable{Version: n.Routes().GetVersion() + 1000, Nameserver: &messages.Ref{Address: ns.Address, Id: ns.Id},
+			Routes: []*messages.RouteEntry{{Shard: "orders/0/0", App: "orders", ServerId: serverID, Epoch: orders.Epoch + 1}},
+			Apps:   []*messages.AppWorkers{{App: "forged", Workers: []*messages.WorkerInfo{{WorkerId: "w", App: "forged", Ref: &messages.Ref{Address: "a", Id: "b"}}}}}}, "routes[0].owner"},
 	} {
 		sys.Root.Send(srvPID(), tc.m)
 		warned(tc.name, srvRefused, string(tc.m.ProtoReflect().Descriptor().Name()), tc.field)
@@ -183,6 +184,15 @@ func TestHostileServerMessages(t *testing.T) {
 		t.Fatalf("after the hostile messages: complete %v, %d servers", st.Complete, len(st.Servers))
 	}
 	table := n.Routes()
+	// The node's metrics count only the tables it took: not the refused one's version
+	// nor its apps.
+	fams := obsScrape(t, n)
+	if v := obsValue(fams, "kjob_route_table_version", nil); v != float64(table.GetVersion()) {
+		t.Errorf("kjob_route_table_version %v, want the version of the table the node holds, %d", v, table.GetVersion())
+	}
+	if v := obsValue(fams, "kjob_workers", map[string]string{"app": "forged"}); v != 0 {
+		t.Errorf("kjob_workers of the refused table's app: %v, want none", v)
+	}
 	if _, err := proto.Marshal(table); err != nil {
 		t.Errorf("the node's route table does not marshal: %v", err)
 	}

@@ -193,8 +193,10 @@ func ParseMutation(s string, m *shardcore.Mutations) error {
 		}
 	case "forget-retry-record":
 		m.ForgetRetryRecord = true
+	case "refuse-all-no-room":
+		m.RefuseAllNoRoom = true
 	default:
-		return fmt.Errorf("sim: unknown mutation %q (want ack-before-durable, skip-epoch-check, fire-early[=ms] or forget-retry-record)", s)
+		return fmt.Errorf("sim: unknown mutation %q (want ack-before-durable, skip-epoch-check, fire-early[=ms], forget-retry-record or refuse-all-no-room)", s)
 	}
 	return nil
 }
@@ -337,6 +339,9 @@ func (c Config) ReplayCommand() string {
 	}
 	if m.ForgetRetryRecord {
 		cmd += " --mutate forget-retry-record"
+	}
+	if m.RefuseAllNoRoom {
+		cmd += " --mutate refuse-all-no-room"
 	}
 	return cmd
 }

@@ -231,6 +231,9 @@ func TestMutationsCaught(t *testing.T) {
 		{"skip-epoch-check, no lazy syncs", shardcore.Mutations{SkipEpochCheck: true}, []string{"epoch-fencing"}, 200, true},
 		{"fire-early=1", shardcore.Mutations{FireEarlyMs: 1}, []string{"early-fire"}, 0, false},
 		{"forget-retry-record", shardcore.Mutations{ForgetRetryRecord: true}, []string{"journal-mismatch"}, 0, false},
+		// A read, pause, resume or delete refused on a full disk (Config.DiskFull):
+		// 33 of the first 100 seeds catch it, seed 1 first.
+		{"refuse-all-no-room", shardcore.Mutations{RefuseAllNoRoom: true}, []string{"call-refused"}, 0, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

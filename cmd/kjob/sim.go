@@ -112,7 +112,7 @@ failure prints its seed, step, the tail of its trace and the command to replay i
 	c.Flags().IntVar(&seeds, "seeds", 1, "run this many consecutive seeds from --seed and list the failures")
 	c.Flags().Int64Var(&steps, "steps", 0, "stop after this many events (0: run the whole duration); a failure prints its step")
 	c.Flags().StringVar(&faults, "faults", "all", "faults to inject: all, none, or a list of loss,dup,delay,partition,crash,worker,client,disk,clock,slow,move (\"all,-move\" removes one)")
-	c.Flags().StringSliceVar(&mutate, "mutate", nil, "switch on a deliberate shard-core bug: ack-before-durable, skip-epoch-check, fire-early[=ms], forget-retry-record")
+	c.Flags().StringSliceVar(&mutate, "mutate", nil, "switch on a deliberate shard-core bug: ack-before-durable, skip-epoch-check, fire-early[=ms], forget-retry-record, refuse-all-no-room")
 	c.Flags().StringVar(&quirks, "quirks", "", "re-enable a known shell bug the simulated shells otherwise avoid: early-open")
 	c.Flags().BoolVar(&trace, "trace", false, "print every trace line")
 	c.Flags().DurationVar(&duration, "duration", 0, fmt.Sprintf("virtual length of the run (default %v)", time.Duration(sim.DefaultDurationMs)*time.Millisecond))

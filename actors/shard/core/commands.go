@@ -56,7 +56,7 @@ func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env)
 	if c.park(from, m) {
 		return // handled once the job's armed run has gone (armed.go)
 	}
-	c.noRoom = roomFor(m, env)
+	c.noRoom = roomFor(m, env, c.cfg.Mutations.RefuseAllNoRoom)
 	defer c.clearRoom()
 	if b, ok := m.(*messages.CreateJobs); ok {
 		// Each create as if it came alone; one reply, behind all their records.
@@ -83,12 +83,14 @@ func (c *Core) Handle(nowMs int64, from *messages.Ref, m proto.Message, env Env)
 }
 
 // roomFor is the refusal of new work while env's journal is out of disk (Roomy),
-// for the messages that bring new work; nil for the rest.
-func roomFor(m proto.Message, env Env) *messages.Error {
+// for the messages that bring new work (any, mutated); nil for the rest.
+func roomFor(m proto.Message, env Env, mutated bool) *messages.Error {
 	switch m.(type) {
 	case *messages.CreateJob, *messages.CreateJobs, *messages.UpdateJob, *messages.TriggerJob, *messages.ReplayDeadLetter:
 	default:
-		return nil
+		if !mutated {
+			return nil
+		}
 	}
 	r, ok := env.(Roomy)
 	if !ok {
@@ -134,6 +136,9 @@ func (c *Core) commandInto(m proto.Message, nowMs int64, r *messages.JobReply) p
 	defer func() { c.reqID = 0 }()
 	if s, ok := c.reqs.has(c.reqID); c.reqID != 0 && ok {
 		return c.duplicate(m, s)
+	}
+	if c.noRoom != nil && c.cfg.Mutations.RefuseAllNoRoom {
+		return errorReply(m, c.noRoom)
 	}
 	switch x := m.(type) {
 	case *messages.CreateJob:

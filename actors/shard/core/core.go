@@ -173,6 +173,7 @@ type Mutations struct {
 	SkipEpochCheck    bool // accept results of any epoch
 	FireEarlyMs       int64
 	ForgetRetryRecord bool // schedule a retry without journaling it
+	RefuseAllNoRoom   bool // refuse every command while the journal has no room, not only new work
 }
 
 func (c *Config) defaults() {

@@ -703,10 +703,11 @@ func (n *Node) Routes() *messages.RouteTable { return n.actor.Table() }
 func (n *Node) NameServer() *actor.PID { return n.ns.Load() }
 
 // JournalErr is the error that stopped the node's journal (a failed msync or
-// fsync), or nil. It is fatal until a restart, which recovers from the disk.
+// fsync, or a rollover that could not make its segment on a full disk), or nil.
+// It is fatal until a restart, which recovers from the disk.
 func (n *Node) JournalErr() error { return n.journal.Err() }
 
-// JournalFailed is closed when the node's journal stops on a failed sync.
+// JournalFailed is closed when the node's journal stops (JournalErr says why).
 func (n *Node) JournalFailed() <-chan struct{} { return n.journal.Failed() }
 
 // FailSyncEnv names a file in the environment of a test process: while it exists,
@@ -715,16 +716,9 @@ func (n *Node) JournalFailed() <-chan struct{} { return n.journal.Failed() }
 const FailSyncEnv = "KJOB_TEST_FAIL_SYNC_FILE"
 
 func failSyncFromEnv() func() error {
-	path := os.Getenv(FailSyncEnv)
-	if path == "" {
-		return nil
-	}
-	return func() error {
-		if _, err := os.Stat(path); err == nil {
-			return fmt.Errorf("injected sync failure: %s exists (%s)", path, FailSyncEnv)
-		}
-		return nil
-	}
+	return faultFromEnv(FailSyncEnv, func(path string) error {
+		return fmt.Errorf("injected sync failure: %s exists (%s)", path, FailSyncEnv)
+	})
 }
 
 // NoSpaceEnv names a file in the environment of a test process: while it exists,
@@ -733,13 +727,22 @@ func failSyncFromEnv() func() error {
 const NoSpaceEnv = "KJOB_TEST_NO_SPACE_FILE"
 
 func failSegmentFromEnv() func() error {
-	path := os.Getenv(NoSpaceEnv)
+	return faultFromEnv(NoSpaceEnv, func(path string) error {
+		return fmt.Errorf("injected: %s exists (%s): %w", path, NoSpaceEnv, syscall.ENOSPC)
+	})
+}
+
+// faultFromEnv is a test process's fault injection named by env: while the file
+// the environment names there exists, it fails with fail(path). Unset
+// (production): nil, nothing installed.
+func faultFromEnv(env string, fail func(path string) error) func() error {
+	path := os.Getenv(env)
 	if path == "" {
 		return nil
 	}
 	return func() error {
 		if _, err := os.Stat(path); err == nil {
-			return fmt.Errorf("injected: %s exists (%s): %w", path, NoSpaceEnv, syscall.ENOSPC)
+			return fail(path)
 		}
 		return nil
 	}

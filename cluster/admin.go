@@ -287,7 +287,11 @@ func asKjobError(err error) *kerr.Error {
 
 func writeError(w http.ResponseWriter, err error) {
 	e := asKjobError(err)
-	writeJSON(w, httpStatus(e.Code), errorBody{Error: errorDetail{Code: e.Code.String(), Field: e.Field, Message: e.Message, Hint: e.Hint}})
+	status := httpStatus(e.Code)
+	if e.Code == messages.Code_RESOURCE_EXHAUSTED && e.Field == "journal" {
+		status = http.StatusInsufficientStorage // a full disk, not a limit the caller hit
+	}
+	writeJSON(w, status, errorBody{Error: errorDetail{Code: e.Code.String(), Field: e.Field, Message: e.Message, Hint: e.Hint}})
 }
 
 var jsonOut = protojson.MarshalOptions{UseProtoNames: true}

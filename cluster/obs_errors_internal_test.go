@@ -28,6 +28,7 @@ func TestObsErrorStatus(t *testing.T) {
 		{&kerr.Error{Code: messages.Code_NOT_OWNER, Message: "moved", Hint: &messages.Ref{Address: "10.0.0.2:7070", Id: "x"}}, 421, "NOT_OWNER", ""},
 		{&kerr.Error{Code: messages.Code_UNAVAILABLE, Message: "warming up"}, 503, "UNAVAILABLE", ""},
 		{&kerr.Error{Code: messages.Code_RESOURCE_EXHAUSTED, Message: "full"}, 429, "RESOURCE_EXHAUSTED", ""},
+		{&kerr.Error{Code: messages.Code_RESOURCE_EXHAUSTED, Field: "journal", Message: "out of disk space"}, 507, "RESOURCE_EXHAUSTED", "journal"},
 		{&kerr.Error{Code: messages.Code_FAILED_PRECONDITION, Message: "frozen"}, 412, "FAILED_PRECONDITION", ""},
 		{&kerr.Error{Code: messages.Code_INTERNAL, Message: "oops"}, 500, "INTERNAL", ""},
 		{fmt.Errorf("wrapped: %w", &kerr.Error{Code: messages.Code_NOT_FOUND, Field: "run_id", Message: "gone"}), 404, "NOT_FOUND", "run_id"},

@@ -94,6 +94,12 @@
 // other call so refused breaks call-refused. The simulated journal still takes every
 // append meanwhile (the reserve).
 //
+// The checks servers and the NameServer make of what they are sent (nscore.Check,
+// CheckAssign, CheckMove, CheckImport, CheckTable) run on every such message here,
+// where every sender is legitimate: a refusal breaks refused-legit, so a check made
+// too strict (one that would leave a real cluster unable to place, move, import or
+// route) fails the sweeps.
+//
 // # What it does not cover yet
 //
 // Balance within the strategy's bound is checked only in long runs

@@ -723,6 +723,9 @@ func (v *server) receive(from *messages.Ref, m any) {
 	switch x := m.(type) {
 	case *messages.AssignShard:
 		v.s.tracef("%s: %s", v.addr, brief(m))
+		if v.refused(x, nscore.CheckAssign(x)) {
+			return
+		}
 		v.assign(from, x)
 	case *messages.RouteTable:
 		// As actors/server: versions order the tables of one NameServer instance
@@ -733,6 +736,9 @@ func (v *server) receive(from *messages.Ref, m any) {
 			return
 		}
 		if v.table != nil && proto.Equal(v.table.Nameserver, x.Nameserver) && v.table.Version > x.Version {
+			return
+		}
+		if v.refused(x, nscore.CheckTable(x)) {
 			return
 		}
 		if v.table != nil && v.table.Version > x.Version && !proto.Equal(v.table.Nameserver, x.Nameserver) {
@@ -755,13 +761,31 @@ func (v *server) receive(from *messages.Ref, m any) {
 		v.s.send(v.addr, from, ns.ref, m)
 	case *messages.MoveShard:
 		v.s.tracef("%s: %s", v.addr, brief(m))
+		if v.refused(x, nscore.CheckMove(x)) {
+			return
+		}
 		v.moveShard(x, false)
 	case *messages.ImportShard:
 		v.s.tracef("%s: %s <- %s", v.addr, brief(m), from.GetAddress())
+		if v.refused(x, nscore.CheckImport(x)) {
+			return
+		}
 		v.importShard(from, x)
 	case *handedOff:
 		v.handedOff(x)
 	}
+}
+
+// refused says whether a server refuses m, as actors/server checks what the
+// NameServer and other servers send it (nscore.CheckAssign and the rest): every
+// sender here is legitimate, so a refusal breaks refused-legit (a check too strict
+// would leave a real cluster unable to place, move or route).
+func (v *server) refused(m any, e *messages.Error) bool {
+	if e == nil {
+		return false
+	}
+	v.s.chk.failf("refused-legit", "%s refused %s: %s", v.addr, brief(m), kerr.FromWire(e))
+	return true
 }
 
 // assign opens a shard the NameServer placed here (create if new). As in
@@ -948,14 +972,14 @@ func (n *nsHost) handle(from *messages.Ref, m any) {
 	now := n.srv.now()
 	switch x := m.(type) {
 	case *messages.ServerHeartbeat:
-		n.core.ServerHeartbeat(now, x, n)
+		n.refused(x, n.core.ServerHeartbeat(now, x, n))
 	case *messages.WorkerHeartbeat:
-		n.core.WorkerHeartbeat(now, x, n)
+		n.refused(x, n.core.WorkerHeartbeat(now, x, n))
 	case *messages.WorkerLeft:
-		n.core.WorkerLeft(now, x, n)
+		n.refused(x, n.core.WorkerLeft(now, x, n))
 	case *messages.ShardOpened:
 		if x.Error == nil {
-			n.core.ShardOpened(now, x.ServerId, x.Shard, n)
+			n.refused(x, n.core.ShardOpened(now, x.ServerId, x.Shard, n))
 		}
 	case *messages.GetRoutes:
 		t := n.core.GetRoutes(now, x, nil, n)
@@ -965,6 +989,14 @@ func (n *nsHost) handle(from *messages.Ref, m any) {
 		r := n.core.Lease(now, x)
 		n.s.tracef("nameserver: %s -> %s", brief(x), brief(r))
 		n.Send(from, r)
+	}
+}
+
+// refused breaks refused-legit when the NameServer refused what a server or worker
+// sent it (nscore.Check): every sender here is legitimate.
+func (n *nsHost) refused(m any, e *messages.Error) {
+	if e != nil {
+		n.s.chk.failf("refused-legit", "the name server refused %s: %s", brief(m), kerr.FromWire(e))
 	}
 }
 

@@ -160,7 +160,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *openDurable:
 		a.opened(ctx, m)
 	case *messages.MoveShard:
-		if e := checkMove(m); e != nil {
+		if e := nscore.CheckMove(m); e != nil {
 			a.refusedOrder(ctx, m, e) // no reply: the NameServer sends it again if it still should
 			return
 		}
@@ -214,7 +214,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 		if cur := a.table.Load(); cur != nil && proto.Equal(cur.Nameserver, m.Nameserver) && cur.Version > m.Version {
 			return
 		}
-		if e := checkTable(m); e != nil {
+		if e := nscore.CheckTable(m); e != nil {
 			a.refusedOrder(ctx, m, e) // the last good table stays
 			return
 		}
@@ -266,7 +266,7 @@ func answer(ctx actor.Context, m proto.Message, e *messages.Error, pong *message
 // journaled first; only once it is durable is the shard spawned, reported in
 // heartbeats and confirmed (opened), so no one is told of a shard a crash can lose.
 func (a *Actor) assign(ctx actor.Context, m *messages.AssignShard) {
-	if e := checkAssign(m); e != nil {
+	if e := nscore.CheckAssign(m); e != nil {
 		a.refusedOrder(ctx, m, e)
 		if ctx.Sender() != nil {
 			ctx.Respond(&messages.ShardOpened{ServerId: a.deps.ServerID, Error: e})
@@ -375,7 +375,7 @@ func (a *Actor) opened(ctx actor.Context, m *openDurable) {
 // before it answers, then activates it at the new epoch. A repeat is answered the
 // same way without a second copy.
 func (a *Actor) importShard(ctx actor.Context, m *messages.ImportShard) *messages.ImportShardReply {
-	if e := checkImport(m); e != nil {
+	if e := nscore.CheckImport(m); e != nil {
 		a.refusedOrder(ctx, m, e)
 		return &messages.ImportShardReply{Error: e}
 	}

@@ -370,3 +370,73 @@ func errSubscribersFull(n, limit int) *messages.Error {
 	return kerr.New(messages.Code_RESOURCE_EXHAUSTED, "subscriber",
 		"the name server has %d subscribers, the limit is %d", n, limit)
 }
+
+// The checks of what the NameServer and other servers send a server: orders
+// (AssignShard, MoveShard), imports (ImportShard) and route tables. Each is
+// refused, with the field at fault, before anything of it is kept or acted upon
+// (a journal record written, a shard spawned or frozen, a table stored): what a
+// server keeps comes back to the NameServer in its heartbeats, which refuses a
+// heartbeat holding anything it would not keep itself (Check), so a
+// server taking what the NameServer would refuse would go unheard for good.
+
+// CheckAssign checks an assignment: the NameServer assigns only a new app's root
+// shard, at epoch 1.
+func CheckAssign(m *messages.AssignShard) *messages.Error {
+	sh, e := ValidShard("shard", m.Shard)
+	if e != nil {
+		return e
+	}
+	if sh.Level != 0 {
+		return kerr.Invalid("shard", "%s is not an app's root shard (level 0): only a new app's root is assigned", m.Shard)
+	}
+	return ValidEpoch("epoch", m.Epoch)
+}
+
+// CheckMove checks a move or split order: a target that is no actor would freeze
+// the shard for good (its handoff is journaled, and retried after a restart).
+func CheckMove(m *messages.MoveShard) *messages.Error {
+	if _, e := ValidShard("shard", m.Shard); e != nil {
+		return e
+	}
+	if e := ValidEpoch("epoch", m.Epoch); e != nil {
+		return e
+	}
+	return ValidRef("target", m.Target)
+}
+
+// CheckImport checks an import's name and epoch (its snapshot is checked against
+// them, loaded and checked again before it is persisted: importShard).
+func CheckImport(m *messages.ImportShard) *messages.Error {
+	if _, e := ValidShard("shard", m.Shard); e != nil {
+		return e
+	}
+	return ValidEpoch("epoch", m.Epoch)
+}
+
+// CheckTable checks a route table pushed (or pulled) from the NameServer: its
+// routes go back to the NameServer as hearsay, its workers to the shards.
+func CheckTable(t *messages.RouteTable) *messages.Error {
+	for i, r := range t.Routes {
+		if e := ValidRoute(r); e != nil {
+			return Under(fmt.Sprintf("routes[%d]", i), e)
+		}
+	}
+	// (The fields' names are made only for an error: a table may list 65,536 workers.)
+	for i, a := range t.Apps {
+		if a == nil {
+			return kerr.Invalid(fmt.Sprintf("apps[%d]", i), "is required: an app and its workers")
+		}
+		if why := route.ValidApp(a.App); why != "" {
+			return kerr.Invalid(fmt.Sprintf("apps[%d].app", i), "%s", why)
+		}
+		for k, w := range a.Workers {
+			if w == nil {
+				return kerr.Invalid(fmt.Sprintf("apps[%d].workers[%d]", i, k), "is required: the worker's id, app, reference and capacity")
+			}
+			if e := ValidWorker(w); e != nil {
+				return kerr.Invalid(fmt.Sprintf("apps[%d].workers[%d]", i, k)+strings.TrimPrefix(e.Field, "worker"), "%s", e.Message)
+			}
+		}
+	}
+	return nil
+}

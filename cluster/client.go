@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/actors/kerr"
+	nscore "github.com/kjob/kjob/actors/nameserver/core"
 	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/actors/server"
 	"github.com/kjob/kjob/messages"
@@ -269,13 +270,13 @@ func (c *Client) refresh(ctx context.Context, app string, ensure bool) error {
 }
 
 // usableRoutes keeps the entries of rs the client can route app's requests by: of
-// app, at a level and index of a shard, with an owner to send to (an entry without
+// app, and routes the NameServer would keep (nscore.ValidRoute: a shard's name
+// agreeing with its app, level and index, an owner to send to; an entry without
 // one took the client down: call, List and fanOut send to its owner).
 func usableRoutes(app string, rs []*messages.RouteEntry) []*messages.RouteEntry {
 	out := rs[:0:0]
 	for _, r := range rs {
-		if r != nil && r.App == app && r.Level >= 0 && r.Level <= route.MaxLevel && r.Index >= 0 && r.Index < int64(1)<<r.Level &&
-			r.Owner.GetAddress() != "" && r.Owner.GetId() != "" {
+		if r.GetApp() == app && nscore.ValidRoute(r) == nil {
 			out = append(out, r)
 		}
 	}

@@ -301,7 +301,7 @@ func (c *Core) validate(j *messages.Job, createdMs int64) (*schedule.Compiled, *
 	if j.Handler == "" || len(j.Handler) > MaxHandlerLen {
 		return nil, kerr.Invalid("handler", "must be 1 to %d characters, got %d", MaxHandlerLen, len(j.Handler))
 	}
-	if why := nameFault(j.Handler); why != "" {
+	if why := route.TextFault(j.Handler); why != "" {
 		return nil, kerr.Invalid("handler", "%s", why)
 	}
 	if len(j.Params) > MaxParamsBytes {
@@ -333,11 +333,6 @@ func (c *Core) validate(j *messages.Job, createdMs int64) (*schedule.Compiled, *
 	}
 	return sc, nil
 }
-
-// nameFault says what makes s unfit for a name (a handler, a route key), or "":
-// bytes that are not UTF-8 (protobuf does not marshal them, so the job could not
-// be journaled) or a control character.
-func nameFault(s string) string { return route.TextFault(s) }
 
 // ValidatePolicy checks a job's policy, or an app's default policy; the error
 // names the field ("policy.attempts", ...) and the limit. A consistent_hash routing
@@ -372,7 +367,7 @@ func ValidatePolicy(p *messages.Policy, inheritedKey string) *messages.Error {
 	if len(p.RouteKey) > MaxRouteKeyLen {
 		return kerr.Invalid("policy.route_key", "is %d bytes, the limit is %d", len(p.RouteKey), MaxRouteKeyLen)
 	}
-	if why := nameFault(p.RouteKey); why != "" {
+	if why := route.TextFault(p.RouteKey); why != "" {
 		return kerr.Invalid("policy.route_key", "%s", why)
 	}
 	if _, ok := messages.Misfire_name[int32(p.Misfire)]; !ok {

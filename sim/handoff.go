@@ -172,8 +172,10 @@ func (h *shardHost) importNext(target *messages.Ref, imports []*messages.ImportS
 		if h.gone {
 			return
 		}
-		if err == nil && r.Error != nil {
-			err = fmt.Errorf("%s: %s", r.Error.Code, r.Error.Message)
+		if err == nil {
+			if e := shardcore.ImportConfirmed(im, r); e != nil {
+				err = fmt.Errorf("%s: %s", e.Code, e.Message)
+			}
 		}
 		if err != nil {
 			h.handoffBusy, h.handoffWait = false, true

@@ -641,3 +641,58 @@ func TestHeartbeatClaimsAnOpeningShard(t *testing.T) {
 	wantOpened(t, reply, "second assignment")
 	claims("opened", []string{"app/0/0"}, nil)
 }
+
+// TestHandoffClosesOnlyOnAConfirmation: the copy here closes only on an answer that
+// names the shard at the import's epoch or later. A reply without an error but with
+// no shard, another shard or an older epoch (a server of another version, or not the
+// one asked) is retried like a refusal: closing on it would leave no owner.
+func TestHandoffClosesOnlyOnAConfirmation(t *testing.T) {
+	sys, pid, j := serverWithShard(t)
+	answers := []*messages.ImportShardReply{
+		{},
+		{Shard: &messages.ShardLoad{Shard: "app/0/1", Epoch: 2}},
+		{Shard: &messages.ShardLoad{Shard: "app/0/0", Epoch: 1}},
+		{Shard: &messages.ShardLoad{Shard: "app/0/0", Epoch: 2}},
+	}
+	var mu sync.Mutex
+	asked := 0
+	target := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if im, ok := ctx.Message().(*messages.ImportShard); ok {
+			mu.Lock()
+			i := min(asked, len(answers)-1)
+			asked++
+			mu.Unlock()
+			if im.Shard != "app/0/0" || im.Epoch != 2 {
+				t.Errorf("import of %s at %d, want app/0/0 at 2", im.Shard, im.Epoch)
+			}
+			ctx.Respond(answers[i])
+		}
+	}))
+	sys.Root.Send(pid, &messages.MoveShard{Shard: "app/0/0", Epoch: 1, Target: &messages.Ref{Address: target.Address, Id: target.Id}})
+	for i := range len(answers) - 1 {
+		deadline := time.Now().Add(time.Duration(i+1)*shard.HandoffRetry + 2*time.Second)
+		for {
+			mu.Lock()
+			n := asked
+			mu.Unlock()
+			if n > i {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d imports asked, want %d", n, i+1)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if n := j.count(messages.RecordType_SHARD_CLOSED); n != 0 {
+			t.Fatalf("the copy closed on answer %d (%v)", i, answers[i])
+		}
+	}
+	deadline := time.Now().Add(shard.HandoffRetry + 3*time.Second)
+	for j.count(messages.RecordType_SHARD_CLOSED) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the copy did not close on a confirmation")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

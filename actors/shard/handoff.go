@@ -6,6 +6,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kjob/kjob/actors/kerr"
+	"github.com/kjob/kjob/actors/shard/core"
 	"github.com/kjob/kjob/messages"
 )
 
@@ -80,7 +81,7 @@ func (a *Actor) importNext(ctx actor.Context, target *messages.Ref, imports []*m
 		defer func() { a.ctx = nil }()
 		if err == nil {
 			if r, ok := res.(*messages.ImportShardReply); ok {
-				err = kerr.FromWire(r.Error)
+				err = kerr.FromWire(core.ImportConfirmed(im, r))
 			} else {
 				err = errUnexpected
 			}

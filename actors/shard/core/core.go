@@ -1147,6 +1147,28 @@ func (c *Core) BeginSplit(self *messages.Ref, env Env) {
 // Splitting reports whether the handoff in progress is a split.
 func (c *Core) Splitting() bool { return c.handoff != nil && c.split && !c.closed }
 
+// ImportConfirmed is nil when r, the target's answer to im, confirms that the
+// target holds im's shard at im's epoch or a later one (a copy that moved on since
+// from the import counts): only then may the copy here close. Anything else — the
+// target's refusal, or an answer that names no shard, another shard or an older
+// epoch (a server of another version, or not the one asked) — is an error, and the
+// handoff is retried: closing on it would leave the shard with no owner.
+func ImportConfirmed(im *messages.ImportShard, r *messages.ImportShardReply) *messages.Error {
+	switch {
+	case r == nil:
+		return kerr.New(messages.Code_UNAVAILABLE, "", "import of shard %s at epoch %d: no answer", im.Shard, im.Epoch)
+	case r.Error != nil:
+		return r.Error
+	case r.Shard == nil:
+		return kerr.New(messages.Code_INTERNAL, "shard", "import of shard %s at epoch %d: the answer names no shard", im.Shard, im.Epoch)
+	case r.Shard.Shard != im.Shard:
+		return kerr.New(messages.Code_INTERNAL, "shard.shard", "import of shard %s at epoch %d: the answer names shard %q", im.Shard, im.Epoch, r.Shard.Shard)
+	case r.Shard.Epoch < im.Epoch:
+		return kerr.New(messages.Code_INTERNAL, "shard.epoch", "import of shard %s at epoch %d: the answer holds it at epoch %d", im.Shard, im.Epoch, r.Shard.Epoch)
+	}
+	return nil
+}
+
 // HandoffImports are what the target must persist and activate for the handoff in
 // progress: the whole shard at epoch+1, or for a split each half (its jobs, runs,
 // dead letters, request ids and share of the load) as a shard of its own at epoch+1.

@@ -246,7 +246,35 @@ func BenchmarkSnapshotViewInFlight(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		_ = c.SnapshotView()
+		v := c.SnapshotView()
+		b.StopTimer()
+		v.Encode() // as the shell does, on a goroutine of its own: it gives the view's buffer back
+		b.StartTimer()
+	}
+}
+
+// BenchmarkSnapshotViewPeriodic: the freeze of a shard of benchSnapshotJobs periodic
+// jobs (every one a full job), each view encoded in turn as the shell does. The
+// view copies Core.views, one slice; it walked the jobs map, 0.3 µs a job.
+func BenchmarkSnapshotViewPeriodic(b *testing.B) {
+	env := &fakeEnv{}
+	c := newBenchCore(env)
+	for i := range benchSnapshotJobs {
+		j := benchJob(int64(i+1), 0)
+		j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_FIXED_RATE, EveryMs: 3_600_000}
+		c.Handle(benchT0Ms, benchClient, &messages.CreateJob{Job: j}, env)
+	}
+	c.Durable(env.lsn, nil, env)
+	if c.Jobs() != benchSnapshotJobs {
+		b.Fatalf("%d jobs, want %d", c.Jobs(), benchSnapshotJobs)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		v := c.SnapshotView()
+		b.StopTimer()
+		v.Encode()
+		b.StartTimer()
 	}
 }
 

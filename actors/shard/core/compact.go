@@ -323,7 +323,7 @@ func (c *Core) job(id int64) *job {
 		b.m.Params = b.p[:cj.nparams:cj.nparams]
 	}
 	b.j = job{j: &b.m, handle: cj.handle}
-	c.jobs[id] = &b.j
+	c.putFull(id, &b.j)
 	return &b.j
 }
 

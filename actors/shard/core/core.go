@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 
@@ -205,8 +206,53 @@ type job struct {
 	sched   *schedule.Compiled
 	handle  wheel.Handle
 	expiry  wheel.Handle // in Core.expire while DONE
-	running int
+	running int32
+	// gen is Core.jobGen when j and history were last made this job's own (ownJob):
+	// no snapshot view taken since shares them, and apply may change them in place.
+	gen     uint32
+	slot    int32                 // its entry in Core.views
 	history []*messages.RunRecord // oldest first, bounded by Config.History
+}
+
+// ownJob makes j's definition and history its own before apply changes them in
+// place: a snapshot view taken since they last were holds the same *messages.Job and
+// history slice and encodes them on another goroutine (copy on write; SnapshotView).
+// Only apply changes them in place (a fire's runs and due, a finish, the due, the
+// DONE state, the history); every JOB_PUT replaces the definition.
+func (c *Core) ownJob(j *job) {
+	if j.gen != c.jobGen {
+		j.j = jobCopy(j.j)
+		j.history = slices.Clone(j.history)
+		j.gen = c.jobGen
+		c.views[j.slot] = jobView{j: j.j, hist: j.history}
+	}
+}
+
+// putFull enters full job j as job id (a new one, or a compact or packed one made
+// full), with its entry in views. Every change of j.j or j.history afterwards
+// updates that entry too (setJob, ownJob, remember).
+func (c *Core) putFull(id int64, j *job) {
+	c.jobs[id] = j
+	j.slot = int32(len(c.views))
+	c.views = append(c.views, jobView{j: j.j, hist: j.history})
+}
+
+// dropFull removes full job id and its entry in views (the last entry takes its
+// place).
+func (c *Core) dropFull(id int64) {
+	j := c.jobs[id]
+	if j == nil {
+		return
+	}
+	delete(c.jobs, id)
+	last := len(c.views) - 1
+	if int(j.slot) != last {
+		moved := c.views[last]
+		c.views[j.slot] = moved
+		c.jobs[moved.j.Id].slot = j.slot
+	}
+	c.views[last] = jobView{}
+	c.views = c.views[:last]
 }
 
 // unfollowed is a failed attempt's run and error, its retry or dead letter to come.
@@ -256,14 +302,19 @@ type Core struct {
 	stream uint64
 	epoch  int64
 
-	jobs     map[int64]*job // full jobs; the others are in cold
-	cold     coldStore      // compact jobs (compact.go), and the handler names
-	packed   packedStore    // DONE one-shots with nothing going on (packed.go)
-	packq    []int64        // candidates for packing at the end of the step
-	packBuf  []byte         // packing's scratch buffer
-	compiled compiledFor    // create → apply (commands.go)
-	warmSum  uint32         // what warming the cold index read (commands.go): kept so the reads stay
-	loadRuns map[int64]int  // while LoadSnapshot puts the jobs in: each job's runs in the snapshot, out or on the ladder (setDue)
+	jobs map[int64]*job // full jobs; the others are in cold
+	// views are the full jobs' definitions and histories, densely (job.slot): a
+	// snapshot view copies them at once, where a walk of the jobs map cost about
+	// 0.2 µs a job in cache misses (40 ms at 200,000 periodic jobs).
+	views      []jobView
+	spareViews atomic.Pointer[[]jobView] // a finished view's jobs slice, for the next (viewBuf)
+	cold       coldStore                 // compact jobs (compact.go), and the handler names
+	packed     packedStore               // DONE one-shots with nothing going on (packed.go)
+	packq      []int64                   // candidates for packing at the end of the step
+	packBuf    []byte                    // packing's scratch buffer
+	compiled   compiledFor               // create → apply (commands.go)
+	warmSum    uint32                    // what warming the cold index read (commands.go): kept so the reads stay
+	loadRuns   map[int64]int             // while LoadSnapshot puts the jobs in: each job's runs in the snapshot, out or on the ladder (setDue)
 	// unfollowed are the failed attempts whose RUN_FINISHED is applied and whose
 	// retry or dead letter is not (yet): empty after every step; after a replay,
 	// what a crash cut between the two records (Recovered follows them).
@@ -275,6 +326,7 @@ type Core struct {
 	timers  *wheel.Wheel // per run; payload = run seq
 	runSeq  uint64
 	viewGen uint32 // snapshot views taken: a run's state shared with one is copied before it changes (ownSt)
+	jobGen  uint32 // snapshot views taken: a full job's definition and history shared with one are copied before they change (ownJob)
 	dead    map[string]*messages.DeadLetter
 	runsOf  map[int64]int32 // runs (dispatched or waiting for a retry) per job id
 	expire  *wheel.Wheel    // when each finished (DONE) job leaves; payload = job id
@@ -820,7 +872,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 			if j.expiry != 0 {
 				c.expire.Cancel(j.expiry)
 			}
-			delete(c.jobs, id)
+			c.dropFull(id)
 		}
 		if n := c.runsOf[id]; n > 0 { // retries waiting for a deleted job are dropped
 			// In run id order, not map order: each drop releases a ladder level's
@@ -854,6 +906,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		if j := c.job(st.JobId); j != nil {
 			j.running++
 			if st.Fire {
+				c.ownJob(j)
 				j.j.Runs = st.JobRuns
 				j.j.LastDueMs = st.DueMs
 				c.setDue(j, st.JobNextDueMs)
@@ -889,7 +942,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 			if j.running > 0 {
 				j.running--
 			}
-			c.remember(j, rec)
+			c.remember(j, rec) // (makes j its own)
 			j.j.LastFinishMs = rec.EndMs
 			if rec.SetsNext {
 				c.setDue(j, rec.JobNextDueMs)
@@ -931,14 +984,19 @@ func (c *Core) applyPut(jm *messages.Job) {
 			return
 		}
 		j = &job{}
-		c.jobs[jm.Id] = j
+		c.putFull(jm.Id, j)
 	}
 	c.setJob(j, jm)
 }
 
 // setJob makes jm the job j holds, with its schedule and due.
 func (c *Core) setJob(j *job, jm *messages.Job) {
+	if j.gen != c.jobGen { // jm is the record's own; the history may be a view's
+		j.history = slices.Clone(j.history)
+		j.gen = c.jobGen
+	}
 	j.j = jm
+	c.views[j.slot] = jobView{j: jm, hist: j.history}
 	sc := c.compiled.take(jm)
 	switch jm.Schedule.GetKind() {
 	case messages.ScheduleKind_ONCE, messages.ScheduleKind_API_ONLY:
@@ -954,6 +1012,7 @@ func (c *Core) setJob(j *job, jm *messages.Job) {
 }
 
 func (c *Core) setDue(j *job, dueMs int64) {
+	c.ownJob(j)
 	j.j.NextDueMs = dueMs
 	if dueMs > 0 && j.j.State == messages.JobState_ACTIVE {
 		if j.handle != 0 && c.due.Reschedule(j.handle, dueMs) {
@@ -1027,10 +1086,12 @@ func (c *Core) schedOf(j *job) *schedule.Compiled {
 
 // remember adds rec to j's run history, keeping the last Config.History.
 func (c *Core) remember(j *job, rec *messages.RunRecord) {
+	c.ownJob(j)
 	j.history = append(j.history, rec)
 	if len(j.history) > c.cfg.History {
 		j.history = append(j.history[:0], j.history[len(j.history)-c.cfg.History:]...)
 	}
+	c.views[j.slot].hist = j.history
 }
 
 func (c *Core) dropRun(runID string) {

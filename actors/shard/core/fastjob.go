@@ -297,7 +297,7 @@ func (c *Core) applyCompactPut(d *Decoded, b []byte) {
 		jm := d.message(b)
 		jm.RequestId, jm.App, jm.Handler = 0, c.cfg.Shard.App, c.cold.handlers[hi]
 		j := &job{}
-		c.jobs[id] = j
+		c.putFull(id, j)
 		c.setJob(j, jm)
 		return
 	}

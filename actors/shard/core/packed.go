@@ -189,7 +189,7 @@ func (c *Core) packDue() {
 			hi, _, named := c.cold.handler(j.j.Handler)
 			c.packBuf = packOf(c.packBuf[:0], j)
 			c.packed.put(id, c.packBuf, packedRef{handler: hi, named: named, expiry: j.expiry})
-			delete(c.jobs, id)
+			c.dropFull(id)
 		}
 	}
 	c.packq = c.packq[:0]
@@ -213,7 +213,7 @@ func (c *Core) unpackJob(id int64) *job {
 	jm, hist := unpack(blob)
 	c.packed.remove(id)
 	j := &job{j: jm, history: hist, expiry: r.expiry}
-	c.jobs[id] = j
+	c.putFull(id, j)
 	return j
 }
 
@@ -266,13 +266,10 @@ func (c *Core) packedViewOf(in func(int64) bool) packedView {
 
 // addTo decodes the view's packed jobs into jobs and history (Encode, off the
 // shard's goroutine).
-func (v *packedView) addTo(jobs *[]jobView, hist *[]*messages.RunRecord) {
+func (v *packedView) addTo(jobs *[]jobView) {
 	*jobs = slices.Grow(*jobs, len(v.blobs))
 	for _, blob := range v.blobs {
 		jm, h := unpack(blob)
-		h0 := len(*hist)
-		*hist = append(*hist, h...)
-		*jobs = append(*jobs, jobView{j: jm, nextDue: jm.NextDueMs, lastDue: jm.LastDueMs, finish: jm.LastFinishMs,
-			runs: jm.Runs, state: jm.State, hist0: int32(h0), hist1: int32(len(*hist))})
+		*jobs = append(*jobs, jobView{j: jm, hist: h})
 	}
 }

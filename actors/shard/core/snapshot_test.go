@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/messages"
 )
 
@@ -58,47 +58,6 @@ func TestSnapshotViewIsFrozen(t *testing.T) {
 		_ = proto.Unmarshal(got, a)
 		_ = proto.Unmarshal(want, b)
 		t.Fatalf("the view changed after it was taken:\n got %v\nwant %v", a, b)
-	}
-}
-
-// copyJob reproduces every field of a job, including fields it does not know by name.
-func TestCopyJobCoversEveryField(t *testing.T) {
-	src := &messages.Job{}
-	m := src.ProtoReflect()
-	fields := m.Descriptor().Fields()
-	for i := range fields.Len() {
-		fd := fields.Get(i)
-		switch fd.Kind() {
-		case protoreflect.StringKind:
-			m.Set(fd, protoreflect.ValueOfString("s"+string(fd.Name())))
-		case protoreflect.BytesKind:
-			m.Set(fd, protoreflect.ValueOfBytes([]byte(fd.Name())))
-		case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-			m.Set(fd, protoreflect.ValueOfInt64(int64(100+fd.Number())))
-		case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-			m.Set(fd, protoreflect.ValueOfInt32(int32(100+fd.Number())))
-		case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-			m.Set(fd, protoreflect.ValueOfUint64(uint64(100+fd.Number())))
-		case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
-			m.Set(fd, protoreflect.ValueOfUint32(uint32(100+fd.Number())))
-		case protoreflect.BoolKind:
-			m.Set(fd, protoreflect.ValueOfBool(true))
-		case protoreflect.EnumKind:
-			m.Set(fd, protoreflect.ValueOfEnum(1))
-		case protoreflect.MessageKind:
-			if !fd.IsList() && !fd.IsMap() {
-				m.Set(fd, protoreflect.ValueOfMessage(m.NewField(fd).Message()))
-			}
-		}
-		if !fd.IsList() && !fd.IsMap() && !m.Has(fd) {
-			t.Fatalf("field %s: the test cannot set its kind %v; teach it", fd.Name(), fd.Kind())
-		}
-	}
-	jv := &jobView{j: src, nextDue: src.NextDueMs, lastDue: src.LastDueMs, finish: src.LastFinishMs, runs: src.Runs, state: src.State}
-	got := &messages.Job{}
-	copyJob(got, jv)
-	if !proto.Equal(got, src) {
-		t.Fatalf("copyJob lost fields:\n got %v\nwant %v", got, src)
 	}
 }
 
@@ -233,6 +192,83 @@ func TestSnapshotViewSharesRunsCopyOnWrite(t *testing.T) {
 		_ = proto.Unmarshal(got, a)
 		_ = proto.Unmarshal(want, b)
 		t.Fatalf("a run changed in the view after it was taken:\n got %v\nwant %v", a.Runs, b.Runs)
+	}
+}
+
+// A view shares the full jobs' definitions and histories (it copies neither); the
+// core copies a job's before it changes them in place — a fire's runs and due, a
+// finish, a history trimmed to Config.History, a one-shot turned DONE — so the view
+// still encodes the jobs as they were when it was taken, on another goroutine while
+// the core goes on (under -race a change in place would be reported). Deletes and
+// packing move other jobs' entries in Core.views; every view checks them (checkViews).
+func TestSnapshotViewSharesJobsCopyOnWrite(t *testing.T) {
+	c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}, History: 2, DoneRetentionMs: 60_000}, 1000, 1)
+	e := &fakeEnv{}
+	c.Open(e)
+	c.Durable(e.lsn, nil, e)
+	c.SetWorkers(1000, []*messages.WorkerInfo{{WorkerId: "w1", App: "app", Ref: wref, Capacity: 64}}, e)
+	for id := int64(1); id <= 12; id++ {
+		j := onceJob(id, 40*id)
+		if id%3 != 0 {
+			j.Schedule = &messages.Schedule{Kind: messages.ScheduleKind_FIXED_RATE, EveryMs: 20}
+		}
+		c.Handle(1000, client, &messages.CreateJob{Job: j}, e)
+	}
+	c.Durable(e.lsn, nil, e)
+	// Each step answers the runs the last one dispatched, then fires what is due:
+	// a view between two steps has runs out, whose finishes change their jobs.
+	var out []*messages.Dispatch
+	step := func(now int64) {
+		for _, d := range out {
+			c.Handle(now, wref, &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Attempt: d.Attempt, Epoch: d.Epoch,
+				Outcome: messages.Outcome_SUCCEEDED, StartMs: now, EndMs: now + 1, WorkerId: "w1"}, e)
+		}
+		out = out[:0]
+		c.Durable(e.lsn, nil, e)
+		c.Tick(now, e)
+		c.Durable(e.lsn, nil, e)
+		for _, s := range e.take() {
+			if d, ok := s.m.(*messages.Dispatch); ok {
+				out = append(out, d)
+			}
+		}
+	}
+	for now := int64(1000); now <= 1100; now += 10 {
+		step(now) // the periodic jobs' histories are full: the next finish trims in place
+	}
+	if !c.Quiescent() || c.InFlight() == 0 {
+		t.Fatalf("setup: quiescent %v, %d runs out", c.Quiescent(), c.InFlight())
+	}
+	want := c.Snapshot()
+	v := c.SnapshotView()
+	encoded := make(chan []byte)
+	go func() { encoded <- v.Encode() }()
+	for now := int64(1110); now <= 1500; now += 10 {
+		step(now)
+	}
+	c.Handle(1500, client, &messages.PauseJob{App: "app", Id: 1}, e)
+	c.Handle(1500, client, &messages.DeleteJob{App: "app", Id: 2}, e)
+	c.Handle(1500, client, &messages.UpdateJob{Job: &messages.Job{Id: 4, App: "app", Handler: "h2",
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_FIXED_RATE, EveryMs: 50}}}, e)
+	c.Durable(e.lsn, nil, e)
+	now := c.Snapshot() // a view of its own, after the deletes and packing: checkViews
+	if bytes.Equal(now, want) {
+		t.Fatal("the state did not change after the view: the test proves nothing")
+	}
+	if got := <-encoded; !bytes.Equal(got, want) {
+		a, b := &messages.ShardSnapshot{}, &messages.ShardSnapshot{}
+		_ = proto.Unmarshal(got, a)
+		_ = proto.Unmarshal(want, b)
+		t.Fatalf("a job changed in the view after it was taken:\n got %v %v\nwant %v %v", a.Jobs, a.History, b.Jobs, b.History)
+	}
+	// The state loads back as it is, and its own view encodes the same.
+	c2, e2 := newCore(1500)
+	if err := c2.LoadSnapshot(now, e.lsn); err != nil {
+		t.Fatal(err)
+	}
+	_ = e2
+	if again := c2.Snapshot(); !bytes.Equal(again, now) {
+		t.Fatal("a loaded snapshot encodes differently")
 	}
 }
 

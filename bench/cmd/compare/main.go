@@ -479,10 +479,11 @@ func readSamples(path string) ([]int64, error) {
 }
 
 // The shard core's benchmarks: the per-command hot paths at coreBenchtime, and the
-// whole-shard ones (a snapshot of 200,000 jobs per op) at snapshotBenchtime.
+// whole-shard ones (a snapshot of 200,000 jobs per op: one-shots, periodic jobs) at
+// snapshotBenchtime.
 const (
 	coreHotBench      = "^Benchmark(Create|FireDispatch|Result)$"
-	snapshotBench     = "^Benchmark(SnapshotView|LoadSnapshot)$"
+	snapshotBench     = "^Benchmark(SnapshotView|SnapshotViewPeriodic|LoadSnapshot)$"
 	snapshotBenchtime = "5x"
 )
 

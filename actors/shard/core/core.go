@@ -20,7 +20,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 
@@ -276,6 +275,21 @@ type run struct {
 	// bits beside held keep the struct in its size class; it would take 2^32
 	// snapshots in one run's life to wrap.)
 	ownGen uint32
+	slot   int32 // its entry in Core.runViews
+}
+
+// addRun enters new run r (its state set) in runs, bySeq and runViews.
+func (c *Core) addRun(r *run) {
+	c.runs[r.st.RunId] = r
+	c.bySeq[r.seq] = r
+	r.slot = int32(len(c.runViews))
+	c.runViews = append(c.runViews, seqRun{seq: r.seq, st: r.st})
+}
+
+// setSt makes st run r's state, in runViews too.
+func (c *Core) setSt(r *run, st *messages.RunState) {
+	r.st = st
+	c.runViews[r.slot].st = st
 }
 
 // ownSt makes r.st the run's own before it is changed in place: a snapshot view
@@ -284,7 +298,7 @@ type run struct {
 // run's state in place; every record replaces it.
 func (c *Core) ownSt(r *run) {
 	if r.ownGen != c.viewGen {
-		r.st = runStateCopyInto(new(messages.RunState), r.st)
+		c.setSt(r, runStateCopyInto(new(messages.RunState), r.st))
 		r.ownGen = c.viewGen
 	}
 }
@@ -306,30 +320,33 @@ type Core struct {
 	// views are the full jobs' definitions and histories, densely (job.slot): a
 	// snapshot view copies them at once, where a walk of the jobs map cost about
 	// 0.2 µs a job in cache misses (40 ms at 200,000 periodic jobs).
-	views      []jobView
-	spareViews atomic.Pointer[[]jobView] // a finished view's jobs slice, for the next (viewBuf)
-	cold       coldStore                 // compact jobs (compact.go), and the handler names
-	packed     packedStore               // DONE one-shots with nothing going on (packed.go)
-	packq      []int64                   // candidates for packing at the end of the step
-	packBuf    []byte                    // packing's scratch buffer
-	compiled   compiledFor               // create → apply (commands.go)
-	warmSum    uint32                    // what warming the cold index read (commands.go): kept so the reads stay
-	loadRuns   map[int64]int             // while LoadSnapshot puts the jobs in: each job's runs in the snapshot, out or on the ladder (setDue)
+	views    []jobView
+	spares   viewSpares    // a finished view's buffers, for the next (viewBuf, runBuf)
+	cold     coldStore     // compact jobs (compact.go), and the handler names
+	packed   packedStore   // DONE one-shots with nothing going on (packed.go)
+	packq    []int64       // candidates for packing at the end of the step
+	packBuf  []byte        // packing's scratch buffer
+	compiled compiledFor   // create → apply (commands.go)
+	warmSum  uint32        // what warming the cold index read (commands.go): kept so the reads stay
+	loadRuns map[int64]int // while LoadSnapshot puts the jobs in: each job's runs in the snapshot, out or on the ladder (setDue)
 	// unfollowed are the failed attempts whose RUN_FINISHED is applied and whose
 	// retry or dead letter is not (yet): empty after every step; after a replay,
 	// what a crash cut between the two records (Recovered follows them).
 	unfollowed map[string]unfollowed
 
-	due     *wheel.Wheel // next fire per job; payload = job id
-	runs    map[string]*run
-	bySeq   map[uint64]*run
-	timers  *wheel.Wheel // per run; payload = run seq
-	runSeq  uint64
-	viewGen uint32 // snapshot views taken: a run's state shared with one is copied before it changes (ownSt)
-	jobGen  uint32 // snapshot views taken: a full job's definition and history shared with one are copied before they change (ownJob)
-	dead    map[string]*messages.DeadLetter
-	runsOf  map[int64]int32 // runs (dispatched or waiting for a retry) per job id
-	expire  *wheel.Wheel    // when each finished (DONE) job leaves; payload = job id
+	due   *wheel.Wheel // next fire per job; payload = job id
+	runs  map[string]*run
+	bySeq map[uint64]*run
+	// runViews are the runs' states, densely (run.slot), for a snapshot view to copy
+	// at once: a walk of bySeq cost about 0.08 µs a run in cache misses.
+	runViews []seqRun
+	timers   *wheel.Wheel // per run; payload = run seq
+	runSeq   uint64
+	viewGen  uint32 // snapshot views taken: a run's state shared with one is copied before it changes (ownSt)
+	jobGen   uint32 // snapshot views taken: a full job's definition and history shared with one are copied before they change (ownJob)
+	dead     map[string]*messages.DeadLetter
+	runsOf   map[int64]int32 // runs (dispatched or waiting for a retry) per job id
+	expire   *wheel.Wheel    // when each finished (DONE) job leaves; payload = job id
 
 	workers   []*messages.WorkerInfo
 	known     map[string]*messages.WorkerInfo // every live worker of the app, by id
@@ -896,12 +913,12 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		r := c.runs[st.RunId]
 		if r == nil {
 			c.runSeq++
-			r = &run{seq: c.runSeq}
-			c.runs[st.RunId] = r
-			c.bySeq[r.seq] = r
+			r = &run{seq: c.runSeq, st: st}
+			c.addRun(r)
 			c.runsOf[st.JobId]++
 		}
-		r.st, r.ownGen = st, c.viewGen // the record's own, shared with no view
+		c.setSt(r, st)
+		r.ownGen = c.viewGen // the record's own, shared with no view
 		c.reqs.add(st.RequestId, st.JobId, st.DispatchedMs)
 		if j := c.job(st.JobId); j != nil {
 			j.running++
@@ -917,8 +934,7 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 		delete(c.unfollowed, st.RunId)
 		c.runSeq++
 		r := &run{st: st, seq: c.runSeq, ownGen: c.viewGen}
-		c.runs[st.RunId] = r
-		c.bySeq[r.seq] = r
+		c.addRun(r)
 		c.runsOf[st.JobId]++
 	case messages.RecordType_RUN_FINISHED:
 		rec := m.(*messages.RunRecord)
@@ -1114,6 +1130,14 @@ func (c *Core) dropRun(runID string) {
 	}
 	delete(c.bySeq, r.seq)
 	delete(c.runs, runID)
+	last := len(c.runViews) - 1
+	if int(r.slot) != last {
+		moved := c.runViews[last]
+		c.runViews[r.slot] = moved
+		c.bySeq[moved.seq].slot = r.slot
+	}
+	c.runViews[last] = seqRun{}
+	c.runViews = c.runViews[:last]
 	if c.runsOf[r.st.JobId]--; c.runsOf[r.st.JobId] <= 0 {
 		delete(c.runsOf, r.st.JobId)
 	}

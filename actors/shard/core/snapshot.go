@@ -52,10 +52,10 @@ func (c *Core) snapshotOf(sh route.Shard, epoch int64, keep func(int64) bool, sh
 type SnapshotView struct {
 	meta *messages.ShardMeta
 	jobs []jobView
-	// spare is where Encode leaves jobs, emptied, for the shard's next view
-	// (Core.spareViews): allocating it anew each time faulted in fresh pages, about
-	// 20 ms for 200,000 jobs on this project's VMs, on the shard's goroutine.
-	spare   *atomic.Pointer[[]jobView]
+	// spare is where Encode leaves jobs and runs, emptied, for the shard's next view
+	// (Core.viewBuf, runBuf): allocating them anew each time faulted in fresh pages,
+	// about 20 ms for 200,000 jobs on this project's VMs, on the shard's goroutine.
+	spare   *viewSpares
 	encoded bool
 	runs    []seqRun // shared (copy on write), sorted by seq in Encode
 	dead    []*messages.DeadLetter
@@ -91,7 +91,7 @@ func (c *Core) viewOf(sh route.Shard, epoch int64, keep func(int64) bool, share 
 	v := &SnapshotView{
 		meta:  &messages.ShardMeta{Shard: sh.String(), Epoch: epoch},
 		jobs:  c.viewBuf(len(c.jobs)),
-		spare: &c.spareViews,
+		spare: &c.spares,
 		cold:  c.cold.view(),
 		pack:  c.packedViewOf(in),
 		keep:  keep,
@@ -99,7 +99,7 @@ func (c *Core) viewOf(sh route.Shard, epoch int64, keep func(int64) bool, share 
 	}
 	// The full jobs' definitions and histories, kept densely (Core.views): a copy of
 	// that slice, with no look at the jobs themselves.
-	if len(c.jobs) <= checkViewsMax {
+	if len(c.jobs) <= checkViewsMax && len(c.runs) <= checkViewsMax {
 		c.checkViews()
 	}
 	if keep == nil {
@@ -112,12 +112,15 @@ func (c *Core) viewOf(sh route.Shard, epoch int64, keep func(int64) bool, share 
 		}
 	}
 	c.jobGen++ // from now on a job's definition and history are copied before they change
-	if len(c.bySeq) > 0 {
-		v.runs = make([]seqRun, 0, len(c.bySeq))
-		for _, r := range c.bySeq {
-			// keep first: r.st.JobId is a cache miss a run, most of the walk's time
-			if keep == nil || keep(r.st.JobId) {
-				v.runs = append(v.runs, seqRun{seq: r.seq, st: r.st})
+	if len(c.runViews) > 0 {
+		v.runs = c.runBuf(len(c.runViews))
+		if keep == nil {
+			v.runs = append(v.runs, c.runViews...)
+		} else {
+			for _, r := range c.runViews {
+				if keep(r.st.JobId) {
+					v.runs = append(v.runs, r)
+				}
 			}
 		}
 		c.viewGen++ // from now on a run's state is copied before it changes
@@ -140,19 +143,37 @@ func (c *Core) viewOf(sh route.Shard, epoch int64, keep func(int64) bool, share 
 	return v
 }
 
-// viewBuf is an empty slice for a view's n full jobs: the one the last view's Encode
-// gave back, if it is large enough.
-func (c *Core) viewBuf(n int) []jobView {
-	if p := c.spareViews.Swap(nil); p != nil && cap(*p) >= n {
-		return (*p)[:0]
-	}
-	return make([]jobView, 0, n)
+// viewSpares are the buffers of the last view encoded, for the next.
+type viewSpares struct {
+	jobs atomic.Pointer[[]jobView]
+	runs atomic.Pointer[[]seqRun]
 }
 
-// checkViewsMax: a view of a shard with at most this many full jobs first checks
-// that Core.views holds each of them as it is (every test and simulated shard; in
-// production a shard's small start). A miss would snapshot a job as it was before
-// some change: it is a bug, found here before it is persisted.
+// viewBuf is an empty slice for a view's n full jobs: the one the last view's Encode
+// gave back, if it is large enough.
+func (c *Core) viewBuf(n int) []jobView { return spareOr(&c.spares.jobs, n) }
+
+// runBuf is viewBuf for the runs.
+func (c *Core) runBuf(n int) []seqRun { return spareOr(&c.spares.runs, n) }
+
+func spareOr[T any](p *atomic.Pointer[[]T], n int) []T {
+	if s := p.Swap(nil); s != nil && cap(*s) >= n {
+		return (*s)[:0]
+	}
+	return make([]T, 0, n)
+}
+
+// giveBack empties s (it holds nothing alive) and leaves it in p.
+func giveBack[T any](p *atomic.Pointer[[]T], s []T) {
+	clear(s)
+	s = s[:0]
+	p.Store(&s)
+}
+
+// checkViewsMax: a view of a shard with at most this many full jobs and runs first
+// checks that Core.views and Core.runViews hold each of them as it is (every test and
+// simulated shard; in production a shard's small start). A miss would snapshot a job
+// or run as it was before some change: it is a bug, found here before it is persisted.
 const checkViewsMax = 1024
 
 func (c *Core) checkViews() {
@@ -166,6 +187,14 @@ func (c *Core) checkViews() {
 		jv := c.views[j.slot]
 		if jv.j != j.j || len(jv.hist) != len(j.history) || (len(j.history) > 0 && &jv.hist[0] != &j.history[0]) {
 			panic(fmt.Sprintf("shard %s: job %d's view (slot %d) is not the job as it is", c.cfg.Shard, id, j.slot))
+		}
+	}
+	if len(c.runViews) != len(c.runs) || len(c.bySeq) != len(c.runs) {
+		panic(fmt.Sprintf("shard %s: %d run views and %d by sequence of %d runs", c.cfg.Shard, len(c.runViews), len(c.bySeq), len(c.runs)))
+	}
+	for id, r := range c.runs {
+		if int(r.slot) >= len(c.runViews) || c.runViews[r.slot] != (seqRun{seq: r.seq, st: r.st}) || c.bySeq[r.seq] != r {
+			panic(fmt.Sprintf("shard %s: run %s's view (slot %d) is not the run as it is", c.cfg.Shard, id, r.slot))
 		}
 	}
 }
@@ -231,10 +260,11 @@ func (v *SnapshotView) Encode() []byte {
 		panic(fmt.Sprintf("shard: marshal snapshot: %v", err))
 	}
 	if v.spare != nil {
-		clear(v.jobs) // holds no job alive
-		jobs := v.jobs[:0]
-		v.spare.Store(&jobs)
-		v.jobs = nil
+		giveBack(&v.spare.jobs, v.jobs)
+		if v.runs != nil {
+			giveBack(&v.spare.runs, v.runs)
+		}
+		v.jobs, v.runs = nil, nil
 	}
 	return b
 }

@@ -278,6 +278,42 @@ func BenchmarkSnapshotViewPeriodic(b *testing.B) {
 	}
 }
 
+// BenchmarkSnapshotViewPacked: the freeze of a shard whose benchSnapshotJobs
+// one-shots have all run (DONE, kept packed for DoneRetentionMs), each view encoded in
+// turn as the shell does: a walk over the packed jobs' index collecting their
+// encodings, into the last view's buffer.
+func BenchmarkSnapshotViewPacked(b *testing.B) {
+	n := benchSnapshotJobs
+	env := &fakeEnv{keep: true}
+	c := newBenchCore(env)
+	c.SetWorkers(benchT0Ms, []*messages.WorkerInfo{benchWorker}, env)
+	first := int64(benchT0Ms + 1000)
+	populate(b, c, env, n, first)
+	last := first + int64((n-1)/benchFiresPerMs)
+	for now := first; now <= last; now++ {
+		c.Tick(now, env)
+	}
+	c.Durable(env.lsn, nil, env)
+	for _, d := range env.dispatches {
+		c.Handle(last+1, benchWorker.Ref, &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Shard: d.Shard, Epoch: d.Epoch, Attempt: d.Attempt,
+			DueMs: d.DueMs, Outcome: messages.Outcome_SUCCEEDED, StartMs: d.DueMs + 1, EndMs: d.DueMs + 1,
+			WorkerId: benchWorker.WorkerId, Worker: benchWorker.Ref}, env)
+		c.Durable(env.lsn, nil, env)
+	}
+	env.dispatches = nil
+	if c.PackedJobs() != n {
+		b.Fatalf("%d jobs packed, want %d", c.PackedJobs(), n)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		v := c.SnapshotView()
+		b.StopTimer()
+		v.Encode()
+		b.StartTimer()
+	}
+}
+
 const benchSnapshotJobs = 200_000
 
 // BenchmarkLoadSnapshot: recovery's first step, a snapshot of benchSnapshotJobs

@@ -255,7 +255,7 @@ func (c *Core) packedViewOf(in func(int64) bool) packedView {
 	if c.packed.len() == 0 {
 		return v
 	}
-	v.blobs = make([][]byte, 0, c.packed.len())
+	v.blobs = spareOr(&c.spares.blobs, c.packed.len())
 	c.packed.each(func(id int64, blob []byte, _ packedRef) {
 		if in(id) {
 			v.blobs = append(v.blobs, blob)

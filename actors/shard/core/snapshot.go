@@ -145,8 +145,9 @@ func (c *Core) viewOf(sh route.Shard, epoch int64, keep func(int64) bool, share 
 
 // viewSpares are the buffers of the last view encoded, for the next.
 type viewSpares struct {
-	jobs atomic.Pointer[[]jobView]
-	runs atomic.Pointer[[]seqRun]
+	jobs  atomic.Pointer[[]jobView]
+	runs  atomic.Pointer[[]seqRun]
+	blobs atomic.Pointer[[][]byte] // the packed jobs' encodings
 }
 
 // viewBuf is an empty slice for a view's n full jobs: the one the last view's Encode
@@ -264,7 +265,10 @@ func (v *SnapshotView) Encode() []byte {
 		if v.runs != nil {
 			giveBack(&v.spare.runs, v.runs)
 		}
-		v.jobs, v.runs = nil, nil
+		if v.pack.blobs != nil {
+			giveBack(&v.spare.blobs, v.pack.blobs)
+		}
+		v.jobs, v.runs, v.pack.blobs = nil, nil, nil
 	}
 	return b
 }

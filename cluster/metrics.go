@@ -300,7 +300,7 @@ type shardGauges struct {
 	shards map[string]*shardEntry
 	seq    uint64
 
-	jobs, pending, backlog, inFlight, held, dead, failed, count *prometheus.Desc
+	jobs, pending, backlog, inFlight, held, dead, failed, handoff, count *prometheus.Desc
 }
 
 type shardEntry struct {
@@ -319,6 +319,7 @@ func newShardGauges() *shardGauges {
 		held:     prometheus.NewDesc("kjob_runs_held", "Runs of a shard that are due and wait in the shard for a worker with room (each worker has as many of the shard's runs as it queues before refusing).", l, nil),
 		dead:     prometheus.NewDesc("kjob_dead_letters", "Size of a shard's dead-letter queue.", l, nil),
 		failed:   prometheus.NewDesc("kjob_shard_failed", "1 when a shard stopped serving because its journal failed.", l, nil),
+		handoff:  prometheus.NewDesc("kjob_shard_handoff_seconds", "How long a shard has been frozen for its handoff or split on this node (0: it is not); it fires nothing meanwhile.", l, nil),
 		count:    prometheus.NewDesc("kjob_shards", "Shards hosted by this node.", nil, nil),
 	}
 }
@@ -340,7 +341,7 @@ func (s *shardGauges) add(app, name string, read func() shard.Gauges) func() {
 
 // Describe implements prometheus.Collector.
 func (s *shardGauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{s.jobs, s.pending, s.backlog, s.inFlight, s.held, s.dead, s.failed, s.count} {
+	for _, d := range []*prometheus.Desc{s.jobs, s.pending, s.backlog, s.inFlight, s.held, s.dead, s.failed, s.handoff, s.count} {
 		ch <- d
 	}
 }
@@ -354,13 +355,19 @@ func (s *shardGauges) Collect(ch chan<- prometheus.Metric) {
 	}
 	s.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(s.count, prometheus.GaugeValue, float64(len(entries)))
+	nowMs := time.Now().UnixMilli()
 	for name, e := range entries {
 		g := e.read()
+		var handoff float64
+		if g.HandoffSinceMs > 0 {
+			handoff = float64(max(nowMs-g.HandoffSinceMs, 0)) / 1000
+		}
 		for _, x := range []struct {
 			d *prometheus.Desc
 			v float64
 		}{{s.jobs, float64(g.Jobs)}, {s.pending, float64(g.Pending)}, {s.backlog, float64(g.Backlog)},
-			{s.inFlight, float64(g.InFlight)}, {s.held, float64(g.Held)}, {s.dead, float64(g.DeadLetters)}, {s.failed, b2f(g.Failed)}} {
+			{s.inFlight, float64(g.InFlight)}, {s.held, float64(g.Held)}, {s.dead, float64(g.DeadLetters)}, {s.failed, b2f(g.Failed)},
+			{s.handoff, handoff}} {
 			ch <- prometheus.MustNewConstMetric(x.d, prometheus.GaugeValue, x.v, e.app, name)
 		}
 	}

@@ -197,3 +197,36 @@ func TestMetricsRegistryPerNode(t *testing.T) {
 		}
 	}
 }
+
+// TestHandoffStuckMetric: a shard frozen for a handoff whose target never answers
+// fires nothing, and says so: kjob_shard_handoff_seconds grows from the freeze on (the
+// KjobShardHandoffStuck alert reads it); it is 0 for a shard that is not moving.
+func TestHandoffStuckMetric(t *testing.T) {
+	n := obsNode(t, nil)
+	obsReady(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := cluster.NewClient(ctx, cluster.ClientConfig{Servers: []string{n.Address()}, Log: obsQuiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Create(ctx, &messages.Job{App: "stuck", Handler: "echo",
+		Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 3_600_000}}); err != nil {
+		t.Fatal(err)
+	}
+	shard := map[string]string{"app": "stuck", "shard": "stuck/0/0"}
+	f := obsScrape(t, n)
+	if obsValue(f, "kjob_jobs", shard) != 1 {
+		t.Fatalf("kjob_jobs of stuck/0/0 is %v, want 1", obsValue(f, "kjob_jobs", shard))
+	}
+	if v := obsValue(f, "kjob_shard_handoff_seconds", shard); v != 0 {
+		t.Fatalf("kjob_shard_handoff_seconds %v for a shard that is not moving", v)
+	}
+	// A move to a server that is not there: the import is never answered.
+	n.System().Root.Send(actor.NewPID(n.Address(), server.Name), &messages.MoveShard{Shard: "stuck/0/0", Epoch: 1,
+		Target: &messages.Ref{Address: "127.0.0.1:1", Id: server.Name}})
+	obsWait(t, 10*time.Second, "kjob_shard_handoff_seconds to pass 1 s", func() bool {
+		return obsValue(obsScrape(t, n), "kjob_shard_handoff_seconds", shard) >= 1
+	})
+}

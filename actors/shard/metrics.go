@@ -26,6 +26,10 @@ type Gauges struct {
 	Held        int64 // runs due and waiting for a worker with credit (every worker has CreditPerSlot per slot of this shard's runs)
 	DeadLetters int64 // size of the dead-letter queue
 	Failed      bool  // the journal failed: the shard stopped serving
+	// HandoffSinceMs is when this process saw the shard frozen for a handoff or a
+	// split (unix ms; 0: it is not). A frozen shard fires nothing until its target
+	// confirms the import: one whose target never comes back stays frozen.
+	HandoffSinceMs int64
 }
 
 // Sink receives what a shard shell observes; package cluster implements it with
@@ -63,6 +67,7 @@ type observer struct {
 	g           struct {
 		jobs, pending, backlog, inFlight, held, dead atomic.Int64
 		failed                                       atomic.Bool
+		handoffSince                                 atomic.Int64
 	}
 }
 
@@ -71,7 +76,8 @@ func (a *Actor) SetSink(s Sink) { a.obs.sink = s }
 
 func (o *observer) read() Gauges {
 	return Gauges{Jobs: o.g.jobs.Load(), Pending: o.g.pending.Load(), Backlog: o.g.backlog.Load(),
-		InFlight: o.g.inFlight.Load(), Held: o.g.held.Load(), DeadLetters: o.g.dead.Load(), Failed: o.g.failed.Load()}
+		InFlight: o.g.inFlight.Load(), Held: o.g.held.Load(), DeadLetters: o.g.dead.Load(), Failed: o.g.failed.Load(),
+		HandoffSinceMs: o.g.handoffSince.Load()}
 }
 
 // started registers the shard's gauges (on the actor's Started).
@@ -109,6 +115,13 @@ func (o *observer) publish(a *Actor) {
 	o.g.held.Store(int64(c.Held()))
 	o.g.dead.Store(int64(c.DeadLetters()))
 	o.g.failed.Store(c.Failed() != nil)
+	if handing := c.Handoff() != nil; handing != (o.g.handoffSince.Load() != 0) {
+		var since int64
+		if handing {
+			since = time.Now().UnixMilli()
+		}
+		o.g.handoffSince.Store(since)
+	}
 }
 
 // recorded reads the records the core just journaled, as the messages they were

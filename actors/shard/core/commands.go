@@ -738,6 +738,7 @@ func (c *Core) result(res *messages.RunResult, from *messages.Ref, nowMs int64) 
 		if r.st.WorkerId != "" && c.busy[r.st.WorkerId] > 0 {
 			c.busy[r.st.WorkerId]--
 		}
+		c.ownSt(r)                       // a snapshot view may share the state
 		r.st.WorkerId, r.sentTo = "", "" // not attempted there: the next worker in turn
 		c.armRun(r, nowMs+RefusedRetryMs)
 		return
@@ -754,9 +755,15 @@ func (c *Core) result(res *messages.RunResult, from *messages.Ref, nowMs int64) 
 // so sharing them is safe, and a create's reply costs one allocation instead of a
 // reflective deep proto.Clone (TestJobCopyCopiesEveryField keeps it complete).
 func jobCopy(j *messages.Job) *messages.Job {
-	return &messages.Job{Id: j.Id, App: j.App, Handler: j.Handler, Params: j.Params, Schedule: j.Schedule,
+	c := &messages.Job{Id: j.Id, App: j.App, Handler: j.Handler, Params: j.Params, Schedule: j.Schedule,
 		Policy: j.Policy, State: j.State, Version: j.Version, CreatedMs: j.CreatedMs, UpdatedMs: j.UpdatedMs,
 		NextDueMs: j.NextDueMs, Runs: j.Runs, LastDueMs: j.LastDueMs, LastFinishMs: j.LastFinishMs, RequestId: j.RequestId}
+	// Fields of a newer version's record this build does not know go on with the job
+	// (ownJob copies a job's definition before apply changes it in place).
+	if u := j.ProtoReflect().GetUnknown(); len(u) > 0 {
+		c.ProtoReflect().SetUnknown(u)
+	}
+	return c
 }
 
 // compiledFor is a schedule compiled by validate, handed to the apply of the

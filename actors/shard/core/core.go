@@ -228,10 +228,11 @@ func (c *Core) ownJob(j *job) {
 }
 
 // putFull enters full job j as job id (a new one, or a compact or packed one made
-// full), with its entry in views. Every change of j.j or j.history afterwards
+// full: its definition and history made just now), with its entry in views. Every change of j.j or j.history afterwards
 // updates that entry too (setJob, ownJob, remember).
 func (c *Core) putFull(id int64, j *job) {
 	c.jobs[id] = j
+	j.gen = c.jobGen // its definition and history are new: no view holds them
 	j.slot = int32(len(c.views))
 	c.views = append(c.views, jobView{j: j.j, hist: j.history})
 }

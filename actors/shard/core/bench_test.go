@@ -243,14 +243,7 @@ func BenchmarkSnapshotViewInFlight(b *testing.B) {
 	if c.InFlight() != n {
 		b.Fatalf("%d runs in flight, want %d", c.InFlight(), n)
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		v := c.SnapshotView()
-		b.StopTimer()
-		v.Encode() // as the shell does, on a goroutine of its own: it gives the view's buffer back
-		b.StartTimer()
-	}
+	benchViews(b, c)
 }
 
 // BenchmarkSnapshotViewPeriodic: the freeze of a shard of benchSnapshotJobs periodic
@@ -268,14 +261,7 @@ func BenchmarkSnapshotViewPeriodic(b *testing.B) {
 	if c.Jobs() != benchSnapshotJobs {
 		b.Fatalf("%d jobs, want %d", c.Jobs(), benchSnapshotJobs)
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		v := c.SnapshotView()
-		b.StopTimer()
-		v.Encode()
-		b.StartTimer()
-	}
+	benchViews(b, c)
 }
 
 // BenchmarkSnapshotViewPacked: the freeze of a shard whose benchSnapshotJobs
@@ -304,6 +290,13 @@ func BenchmarkSnapshotViewPacked(b *testing.B) {
 	if c.PackedJobs() != n {
 		b.Fatalf("%d jobs packed, want %d", c.PackedJobs(), n)
 	}
+	benchViews(b, c)
+}
+
+// benchViews times b.N snapshot views of c, each encoded (off the clock) before the
+// next, as the shell does on a goroutine of its own: Encode gives the view's buffers
+// back for the next one.
+func benchViews(b *testing.B, c *core.Core) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {

@@ -586,21 +586,55 @@ func (k *checker) owners() map[string]*shardHost {
 
 func (k *checker) ownersChanged() { k.owners() }
 
-// superseded says h is a frozen copy whose handoff a higher epoch of the same shard
-// already carries, on a server that is up or in a journal a down one will recover:
-// its jobs are what they were when it froze, and the owner that acknowledged a
-// later command is that one. (A delete acknowledged by the target of a move,
-// whose server then crashed, left holder with the frozen source, which still held
-// the job as created: seeds 401959 and 458157.)
+// superseded says h is a frozen copy whose handoff a later copy already carries: a
+// higher epoch of the same shard, or one of its halves (the target split it since),
+// on a server that is up or in a journal a down one will recover. Its jobs are what
+// they were when it froze, and the owner that acknowledged a later command is that
+// one. (A delete acknowledged by the target of a move, whose server then crashed,
+// left holder with the frozen source, which still held the job as created: seeds
+// 401959 and 458157; and 1910547, where the target had split the shard and then
+// acknowledged the delete in a half.)
 func (k *checker) superseded(h *shardHost) bool {
 	if !h.core.Frozen() {
 		return false
 	}
+	sh := h.core.Shard()
 	for _, v := range k.s.servers {
-		if v == h.srv {
-			continue
+		if v != h.srv {
+			if e, ok := k.held(v, h.name); ok && e > h.core.Epoch() {
+				return true
+			}
 		}
-		if e, ok := k.held(v, h.name); ok && e > h.core.Epoch() {
+		if k.holdsDescendant(v, sh) {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsDescendant says v holds (live, or in a journal it will recover) a shard that
+// a split of sh made, at any depth.
+func (k *checker) holdsDescendant(v *server, sh route.Shard) bool {
+	below := func(d route.Shard) bool {
+		if d.App != sh.App || d.Level <= sh.Level {
+			return false
+		}
+		for d.Level > sh.Level {
+			d = d.Parent()
+		}
+		return d == sh
+	}
+	if v.up {
+		for _, n := range v.hostNames() {
+			if h := v.shards[n]; !h.gone && !h.core.Closed() && below(h.core.Shard()) {
+				return true
+			}
+		}
+		return false
+	}
+	res := replayLog(v, v.disk.clone(), k.s.now, true)
+	for _, st := range res.order {
+		if c := res.cores[st]; !c.Closed() && below(c.Shard()) {
 			return true
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kjob/kjob/actors/route"
+	shardcore "github.com/kjob/kjob/actors/shard/core"
 	"github.com/kjob/kjob/messages"
 	"github.com/kjob/kjob/persistence"
 )
@@ -593,49 +594,46 @@ func (k *checker) ownersChanged() { k.owners() }
 // one. (A delete acknowledged by the target of a move, whose server then crashed,
 // left holder with the frozen source, which still held the job as created: seeds
 // 401959 and 458157; and 1910547, where the target had split the shard and then
-// acknowledged the delete in a half.)
+// acknowledged the delete in a half.) One replay of each down server's journal.
 func (k *checker) superseded(h *shardHost) bool {
 	if !h.core.Frozen() {
 		return false
 	}
-	sh := h.core.Shard()
-	for _, v := range k.s.servers {
-		if v != h.srv {
-			if e, ok := k.held(v, h.name); ok && e > h.core.Epoch() {
-				return true
-			}
+	sh, epoch := h.core.Shard(), h.core.Epoch()
+	// later: c, on another server or not, holds the shard at a higher epoch or one of
+	// its halves. A closed copy counts as the shard at its epoch on a server that is
+	// up (its successor lives on), as nothing once recovered (it is dropped).
+	later := func(c *shardcore.Core, other, up bool) bool {
+		d := c.Shard()
+		if d == sh {
+			return other && c.Epoch() > epoch && (up || !c.Closed())
 		}
-		if k.holdsDescendant(v, sh) {
-			return true
-		}
-	}
-	return false
-}
-
-// holdsDescendant says v holds (live, or in a journal it will recover) a shard that
-// a split of sh made, at any depth.
-func (k *checker) holdsDescendant(v *server, sh route.Shard) bool {
-	below := func(d route.Shard) bool {
-		if d.App != sh.App || d.Level <= sh.Level {
+		if c.Closed() || d.App != sh.App || d.Level <= sh.Level {
 			return false
 		}
-		for d.Level > sh.Level {
+		for d.Level > sh.Level { // one of sh's halves, at any depth
 			d = d.Parent()
 		}
 		return d == sh
 	}
-	if v.up {
-		for _, n := range v.hostNames() {
-			if h := v.shards[n]; !h.gone && !h.core.Closed() && below(h.core.Shard()) {
+	for _, v := range k.s.servers {
+		other := v != h.srv
+		if v.up {
+			if g := v.shards[h.name]; g != nil && later(g.core, other, true) {
 				return true
 			}
+			for _, n := range v.hostNames() {
+				if g := v.shards[n]; !g.gone && later(g.core, other, true) {
+					return true
+				}
+			}
+			continue
 		}
-		return false
-	}
-	res := replayLog(v, v.disk.clone(), k.s.now, true)
-	for _, st := range res.order {
-		if c := res.cores[st]; !c.Closed() && below(c.Shard()) {
-			return true
+		res := replayLog(v, v.disk.clone(), k.s.now, true) // what it will recover
+		for _, st := range res.order {
+			if later(res.cores[st], other, false) {
+				return true
+			}
 		}
 	}
 	return false

@@ -102,6 +102,28 @@ func populate(b *testing.B, c *core.Core, env *fakeEnv, n int, firstDueMs int64)
 	}
 }
 
+// fireAll gives c a worker and n one-shot jobs due from a second after benchT0Ms
+// on, benchFiresPerMs per ms, and fires them all (their dispatches durable): the last
+// due.
+func fireAll(b *testing.B, c *core.Core, env *fakeEnv, n int) int64 {
+	c.SetWorkers(benchT0Ms, []*messages.WorkerInfo{benchWorker}, env)
+	first := int64(benchT0Ms + 1000)
+	populate(b, c, env, n, first)
+	last := first + int64((n-1)/benchFiresPerMs)
+	for now := first; now <= last; now++ {
+		c.Tick(now, env)
+	}
+	c.Durable(env.lsn, nil, env)
+	return last
+}
+
+// succeeded is benchWorker's result for d: started and finished a ms after its due.
+func succeeded(d *messages.Dispatch) *messages.RunResult {
+	return &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Shard: d.Shard, Epoch: d.Epoch, Attempt: d.Attempt,
+		DueMs: d.DueMs, Outcome: messages.Outcome_SUCCEEDED, StartMs: d.DueMs + 1, EndMs: d.DueMs + 1,
+		WorkerId: benchWorker.WorkerId, Worker: benchWorker.Ref}
+}
+
 // benchReqID0 is a snowflake of 2026 (time in the bits above 22).
 const benchReqID0 = int64(1_700_000_000_000) << 22
 
@@ -164,22 +186,13 @@ func BenchmarkFireDispatch(b *testing.B) {
 func BenchmarkResult(b *testing.B) {
 	env := &fakeEnv{keep: true}
 	c := newBenchCore(env)
-	c.SetWorkers(benchT0Ms, []*messages.WorkerInfo{benchWorker}, env)
-	first := int64(benchT0Ms + 1000)
-	populate(b, c, env, b.N, first)
-	last := first + int64((b.N-1)/benchFiresPerMs)
-	for now := first; now <= last; now++ {
-		c.Tick(now, env)
-	}
-	c.Durable(env.lsn, nil, env)
+	last := fireAll(b, c, env, b.N)
 	if len(env.dispatches) != b.N {
 		b.Fatalf("%d dispatches, want %d", len(env.dispatches), b.N)
 	}
 	results := make([]*messages.RunResult, b.N)
 	for i, d := range env.dispatches {
-		results[i] = &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Shard: d.Shard, Epoch: d.Epoch, Attempt: d.Attempt,
-			DueMs: d.DueMs, Outcome: messages.Outcome_SUCCEEDED, StartMs: d.DueMs + 1, EndMs: d.DueMs + 1,
-			WorkerId: benchWorker.WorkerId, Worker: benchWorker.Ref}
+		results[i] = succeeded(d)
 	}
 	d := env.dispatches[0]
 	base := marshalNs(&messages.RunRecord{RunId: d.RunId, JobId: d.JobId, DueMs: d.DueMs, DispatchedMs: d.DispatchedMs,
@@ -232,14 +245,7 @@ func BenchmarkSnapshotViewInFlight(b *testing.B) {
 	n := benchSnapshotJobs / 2
 	env := &fakeEnv{}
 	c := newBenchCore(env)
-	c.SetWorkers(benchT0Ms, []*messages.WorkerInfo{benchWorker}, env)
-	first := int64(benchT0Ms + 1000)
-	populate(b, c, env, n, first)
-	last := first + int64((n-1)/benchFiresPerMs)
-	for now := first; now <= last; now++ {
-		c.Tick(now, env)
-	}
-	c.Durable(env.lsn, nil, env)
+	fireAll(b, c, env, n)
 	if c.InFlight() != n {
 		b.Fatalf("%d runs in flight, want %d", c.InFlight(), n)
 	}
@@ -272,18 +278,9 @@ func BenchmarkSnapshotViewPacked(b *testing.B) {
 	n := benchSnapshotJobs
 	env := &fakeEnv{keep: true}
 	c := newBenchCore(env)
-	c.SetWorkers(benchT0Ms, []*messages.WorkerInfo{benchWorker}, env)
-	first := int64(benchT0Ms + 1000)
-	populate(b, c, env, n, first)
-	last := first + int64((n-1)/benchFiresPerMs)
-	for now := first; now <= last; now++ {
-		c.Tick(now, env)
-	}
-	c.Durable(env.lsn, nil, env)
+	last := fireAll(b, c, env, n)
 	for _, d := range env.dispatches {
-		c.Handle(last+1, benchWorker.Ref, &messages.RunResult{RunId: d.RunId, JobId: d.JobId, Shard: d.Shard, Epoch: d.Epoch, Attempt: d.Attempt,
-			DueMs: d.DueMs, Outcome: messages.Outcome_SUCCEEDED, StartMs: d.DueMs + 1, EndMs: d.DueMs + 1,
-			WorkerId: benchWorker.WorkerId, Worker: benchWorker.Ref}, env)
+		c.Handle(last+1, benchWorker.Ref, succeeded(d), env)
 		c.Durable(env.lsn, nil, env)
 	}
 	env.dispatches = nil

@@ -223,13 +223,16 @@ func (c *Core) ownJob(j *job) {
 		j.j = jobCopy(j.j)
 		j.history = slices.Clone(j.history)
 		j.gen = c.jobGen
-		c.views[j.slot] = jobView{j: j.j, hist: j.history}
+		c.refreshView(j)
 	}
 }
 
+// refreshView makes j's entry in views its definition and history as they are now:
+// every change of j.j or j.history is followed by it.
+func (c *Core) refreshView(j *job) { c.views[j.slot] = jobView{j: j.j, hist: j.history} }
+
 // putFull enters full job j as job id (a new one, or a compact or packed one made
-// full: its definition and history made just now), with its entry in views. Every change of j.j or j.history afterwards
-// updates that entry too (setJob, ownJob, remember).
+// full: its definition and history made just now), with its entry in views.
 func (c *Core) putFull(id int64, j *job) {
 	c.jobs[id] = j
 	j.gen = c.jobGen // its definition and history are new: no view holds them
@@ -917,8 +920,9 @@ func (c *Core) apply(t messages.RecordType, m proto.Message) {
 			r = &run{seq: c.runSeq, st: st}
 			c.addRun(r)
 			c.runsOf[st.JobId]++
+		} else {
+			c.setSt(r, st)
 		}
-		c.setSt(r, st)
 		r.ownGen = c.viewGen // the record's own, shared with no view
 		c.reqs.add(st.RequestId, st.JobId, st.DispatchedMs)
 		if j := c.job(st.JobId); j != nil {
@@ -1013,7 +1017,7 @@ func (c *Core) setJob(j *job, jm *messages.Job) {
 		j.gen = c.jobGen
 	}
 	j.j = jm
-	c.views[j.slot] = jobView{j: jm, hist: j.history}
+	c.refreshView(j)
 	sc := c.compiled.take(jm)
 	switch jm.Schedule.GetKind() {
 	case messages.ScheduleKind_ONCE, messages.ScheduleKind_API_ONLY:
@@ -1108,7 +1112,7 @@ func (c *Core) remember(j *job, rec *messages.RunRecord) {
 	if len(j.history) > c.cfg.History {
 		j.history = append(j.history[:0], j.history[len(j.history)-c.cfg.History:]...)
 	}
-	c.views[j.slot].hist = j.history
+	c.refreshView(j)
 }
 
 func (c *Core) dropRun(runID string) {

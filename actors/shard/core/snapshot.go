@@ -260,16 +260,14 @@ func (v *SnapshotView) Encode() []byte {
 	if err != nil {
 		panic(fmt.Sprintf("shard: marshal snapshot: %v", err))
 	}
-	if v.spare != nil {
-		giveBack(&v.spare.jobs, v.jobs)
-		if v.runs != nil {
-			giveBack(&v.spare.runs, v.runs)
-		}
-		if v.pack.blobs != nil {
-			giveBack(&v.spare.blobs, v.pack.blobs)
-		}
-		v.jobs, v.runs, v.pack.blobs = nil, nil, nil
+	giveBack(&v.spare.jobs, v.jobs)
+	if v.runs != nil {
+		giveBack(&v.spare.runs, v.runs)
 	}
+	if v.pack.blobs != nil {
+		giveBack(&v.spare.blobs, v.pack.blobs)
+	}
+	v.jobs, v.runs, v.pack.blobs = nil, nil, nil
 	return b
 }
 
@@ -343,7 +341,7 @@ func (c *Core) LoadSnapshot(data []byte, lsn uint64) error {
 	for _, h := range s.History {
 		if j := c.job(h.JobId); j != nil {
 			j.history = append(j.history, h)
-			c.views[j.slot].hist = j.history
+			c.refreshView(j)
 		}
 	}
 	for _, st := range s.Runs {

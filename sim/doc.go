@@ -223,7 +223,8 @@
 // (resurrected-by-late-create; seeds 401959, 458157). A frozen copy that a higher
 // epoch supersedes is no longer taken for the owner there (checker.superseded); nor,
 // since the sweep of 1,905,001–1,930,000, one whose target split the shard after the
-// move and acknowledged the delete in a half (seed 1910547: checker.superseded counts the halves).
+// move and acknowledged the delete in a half (seed 1910547: superseded counts the
+// halves too).
 // A fifth, from the sweep of 960,001–1,060,000: a one-shot job that fired in time,
 // but whose dispatch waited for room at its app's one worker (full with a slow
 // handler) when the run ended, was called a missed due (due-run-missed; seed

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -76,6 +77,10 @@ func (n *Node) startHTTP(addr string) error {
 	if err != nil {
 		return err
 	}
+	scheme := "http"
+	if n.cfg.TLS != nil {
+		ln, scheme = tls.NewListener(ln, n.cfg.TLS.httpConfig()), "https"
+	}
 	a := &admin{n: n, ln: ln}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.reqs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kjob_admin_requests_total",
@@ -95,7 +100,7 @@ func (n *Node) startHTTP(addr string) error {
 			n.log.Error("admin http stopped", "http", ln.Addr().String(), "err", err)
 		}
 	}()
-	n.log.Info("admin http listening", "http", ln.Addr().String(), "metrics", "http://"+ln.Addr().String()+"/metrics")
+	n.log.Info("admin http listening", "http", ln.Addr().String(), "metrics", scheme+"://"+ln.Addr().String()+"/metrics")
 	return nil
 }
 
@@ -139,7 +144,7 @@ func (a *admin) client(ctx context.Context) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := NewClient(ctx, ClientConfig{Servers: []string{a.n.Address()}, Listen: net.JoinHostPort(host, "0"), Log: a.n.log})
+	c, err := NewClient(ctx, ClientConfig{Servers: []string{a.n.Address()}, Listen: net.JoinHostPort(host, "0"), Log: a.n.log, TLS: a.n.cfg.TLS})
 	if err != nil {
 		return nil, fmt.Errorf("start the admin API's client: %w", err)
 	}
@@ -173,7 +178,7 @@ func (a *admin) routes() http.Handler {
 		{"DELETE /v1/dlq/{app}/{run_id}", a.purgeDead},
 		{"GET /v1/cluster", a.cluster},
 	} {
-		mux.Handle(r.pattern, r.h)
+		mux.Handle(r.pattern, a.authenticated(r.h))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
@@ -221,6 +226,23 @@ func (a *admin) readyz(w http.ResponseWriter, _ *http.Request) {
 
 // apiFunc handles one API call; it returns the status and body of a success.
 type apiFunc func(ctx context.Context, r *http.Request) (int, any, error)
+
+// authenticated lets a request through to h unless the node runs with TLS and the
+// request came without a client certificate (one that was given has been verified
+// against the CA in the handshake): 401, UNAUTHENTICATED.
+func (a *admin) authenticated(h http.Handler) http.Handler {
+	if a.n.cfg.TLS == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+			writeJSON(w, http.StatusUnauthorized, errorBody{Error: errorDetail{Code: "UNAUTHENTICATED", Field: "client certificate",
+				Message: "this node runs with TLS: the admin API wants a client certificate signed by the cluster's CA (curl --cacert ca.pem --cert kjob.pem --key kjob-key.pem)"}})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
 
 func (f apiFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), adminRequestTimeout)

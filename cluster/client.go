@@ -42,6 +42,9 @@ type ClientConfig struct {
 	ActorLogLevel slog.Level
 	// NoBatch sends every create alone, never in a batch (batch.go).
 	NoBatch bool
+	// TLS, if set, is the cluster's mutual TLS (LoadTLS): required when the
+	// servers run with it.
+	TLS *TLS
 }
 
 // Client is the Go API for jobs: it generates snowflake ids with a leased node id,
@@ -68,7 +71,7 @@ type Client struct {
 	wg       sync.WaitGroup
 }
 
-func newSystem(log *slog.Logger, listen string, level slog.Level) (*actor.ActorSystem, *remote.Remote, error) {
+func newSystem(log *slog.Logger, listen string, level slog.Level, t *TLS) (*actor.ActorSystem, *remote.Remote, error) {
 	if level == 0 {
 		level = slog.LevelWarn
 	}
@@ -80,7 +83,7 @@ func newSystem(log *slog.Logger, listen string, level slog.Level) (*actor.ActorS
 		return nil, nil, err
 	}
 	sys := actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(actorLogger(log, level))))
-	r := remote.NewRemote(sys, remoteConfig(host, port))
+	r := remote.NewRemote(sys, remoteConfig(host, port, t))
 	var startErr error
 	func() {
 		defer func() {
@@ -102,7 +105,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	sys, rem, err := newSystem(cfg.Log, cfg.Listen, cfg.ActorLogLevel)
+	sys, rem, err := newSystem(cfg.Log, cfg.Listen, cfg.ActorLogLevel, cfg.TLS)
 	if err != nil {
 		return nil, err
 	}

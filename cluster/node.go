@@ -86,6 +86,11 @@ type NodeConfig struct {
 	// shard's snapshots cover, and asks the shards that pin the oldest one to
 	// snapshot (0 = DefaultCompactEvery).
 	CompactEvery time.Duration
+	// TLS, if set, is the cluster's mutual TLS (LoadTLS): the node talks only to
+	// servers, clients and workers that present a certificate signed by its CA, and
+	// serves the admin API over HTTPS, its routes only to such clients (/healthz,
+	// /readyz and /metrics to anyone). Every server of a cluster needs it, or none.
+	TLS *TLS
 }
 
 // DefaultCompactEvery is NodeConfig.CompactEvery's default.
@@ -212,7 +217,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}()
 
 	n.system = actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(actorLogger(cfg.Log, cfg.ActorLogLevel))))
-	rcfg := remoteConfig(host, port)
+	rcfg := remoteConfig(host, port, cfg.TLS)
 	peers := cfg.Peers
 	if len(peers) == 0 {
 		peers = []string{cfg.Listen}

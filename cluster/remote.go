@@ -30,12 +30,19 @@ const endpointQueueSize = 1 << 14
 // alias it (protobuf's Unmarshal copies bytes and strings).
 var recvBuffers = grpc.NewSharedBufferPool()
 
-// remoteConfig is the remote configuration of every kjob endpoint.
-func remoteConfig(host string, port int) *remote.Config {
+// remoteConfig is the remote configuration of every kjob endpoint: with t, mutual
+// TLS on its listener and its dials (TLS), else plain connections.
+func remoteConfig(host string, port int, t *TLS) *remote.Config {
+	serverOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.RecvBufferPool(recvBuffers)}
+	creds := insecure.NewCredentials()
+	if t != nil {
+		serverOpts = append(serverOpts, grpc.Creds(t.serverCreds()))
+		creds = t.dialCreds()
+	}
 	return remote.Configure(host, port,
 		remote.WithEndpointWriterQueueSize(endpointQueueSize),
-		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.RecvBufferPool(recvBuffers)),
-		remote.WithDialOptions(append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		remote.WithServerOptions(serverOpts...),
+		remote.WithDialOptions(append([]grpc.DialOption{grpc.WithTransportCredentials(creds),
 			grpc.WithRecvBufferPool(recvBuffers),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))},
 			reconnectOptions()...)...))

@@ -42,6 +42,9 @@ type WorkerConfig struct {
 	ActorLogLevel slog.Level
 	// OnRun, if set, is called after each executed run with its result.
 	OnRun func(r *Run, res *messages.RunResult)
+	// TLS, if set, is the cluster's mutual TLS (LoadTLS): required when the
+	// servers run with it.
+	TLS *TLS
 }
 
 // Worker runs handlers for one app. Register handlers with HandleFunc, then Start.
@@ -97,7 +100,7 @@ func (w *Worker) ID() string { return w.cfg.ID }
 
 // Start connects the worker and begins heartbeating; dispatches arrive from then on.
 func (w *Worker) Start() error {
-	sys, rem, err := newSystem(w.cfg.Log, w.cfg.Listen, w.cfg.ActorLogLevel)
+	sys, rem, err := newSystem(w.cfg.Log, w.cfg.Listen, w.cfg.ActorLogLevel, w.cfg.TLS)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,307 @@
+package cluster
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"time"
+
+	"google.golang.org/grpc/credentials"
+
+	"github.com/kjob/kjob/actors/kerr"
+	"github.com/kjob/kjob/messages"
+)
+
+// TLS is a cluster's mutual TLS. Every kjob endpoint — server, client, worker —
+// both listens (proto.actor's remote answers a sender by dialing its address) and
+// dials, and with TLS it does both only with a peer that presents a certificate
+// signed by the cluster's CA: a process without one can neither send a command,
+// take a dispatch as a worker, nor pose as a server.
+//
+// The CA is the cluster's identity: every certificate it signed is a member, in
+// any role. Host names are not checked, since clients and workers listen on
+// addresses nobody can list in advance; keep the CA's key off the machines and
+// issue each endpoint its own certificate (kjob tls issue).
+type TLS struct {
+	server *tls.Config // the remote's listener, and the admin HTTP's
+	client *tls.Config // the remote's dials
+	cert   tls.Certificate
+	roots  *x509.CertPool
+}
+
+// TLSFiles names the PEM files of an endpoint's TLS: the CA's certificate, and the
+// endpoint's certificate (the chain up to the CA, leaf first) and private key.
+type TLSFiles struct {
+	CA, Cert, Key string
+}
+
+// Configured says whether any file is named.
+func (f TLSFiles) Configured() bool { return f.CA != "" || f.Cert != "" || f.Key != "" }
+
+// LoadTLS reads f. It wants all three files or none (nil, nil); its errors are
+// INVALID_ARGUMENT naming the field (tls-ca, tls-cert, tls-key).
+func LoadTLS(f TLSFiles) (*TLS, error) {
+	if !f.Configured() {
+		return nil, nil
+	}
+	for _, p := range []struct{ field, path string }{{"tls-ca", f.CA}, {"tls-cert", f.Cert}, {"tls-key", f.Key}} {
+		if p.path == "" {
+			return nil, tlsErr(p.field, "is required with the other TLS files (tls-ca, tls-cert, tls-key)")
+		}
+	}
+	caPEM, err := os.ReadFile(f.CA)
+	if err != nil {
+		return nil, tlsErr("tls-ca", err.Error())
+	}
+	certPEM, err := os.ReadFile(f.Cert)
+	if err != nil {
+		return nil, tlsErr("tls-cert", err.Error())
+	}
+	keyPEM, err := os.ReadFile(f.Key)
+	if err != nil {
+		return nil, tlsErr("tls-key", err.Error())
+	}
+	return NewTLS(caPEM, certPEM, keyPEM)
+}
+
+// NewTLS is LoadTLS on the files' contents.
+func NewTLS(caPEM, certPEM, keyPEM []byte) (*TLS, error) {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, tlsErr("tls-ca", "holds no PEM certificate")
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, tlsErr("tls-cert", fmt.Sprintf("with tls-key: %v", err))
+	}
+	if cert.Leaf == nil {
+		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return nil, tlsErr("tls-cert", err.Error())
+		}
+	}
+	// An endpoint whose own certificate its CA did not sign would be refused by
+	// every peer, each of them logging a failed handshake: say so at the start.
+	if err := verifyChain(roots, cert.Certificate, time.Now()); err != nil {
+		return nil, tlsErr("tls-cert", fmt.Sprintf("is not valid under tls-ca: %v", err))
+	}
+	t := &TLS{cert: cert, roots: roots}
+	verify := func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("kjob tls: the peer presented no certificate")
+		}
+		raw := make([][]byte, len(cs.PeerCertificates))
+		for i, c := range cs.PeerCertificates {
+			raw[i] = c.Raw
+		}
+		return verifyChain(roots, raw, time.Now())
+	}
+	t.server = &tls.Config{
+		MinVersion:       tls.VersionTLS13,
+		Certificates:     []tls.Certificate{cert},
+		ClientAuth:       tls.RequireAnyClientCert, // verified by VerifyConnection
+		VerifyConnection: verify,
+	}
+	t.client = &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		// The chain is verified by VerifyConnection, against the CA and without
+		// the host name (see TLS).
+		InsecureSkipVerify: true,
+		VerifyConnection:   verify,
+	}
+	return t, nil
+}
+
+// verifyChain checks that chain (leaf first, DER) leads to one of roots.
+func verifyChain(roots *x509.CertPool, chain [][]byte, now time.Time) error {
+	certs := make([]*x509.Certificate, len(chain))
+	for i, der := range chain {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("kjob tls: parse the peer's certificate: %w", err)
+		}
+		certs[i] = c
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	return err
+}
+
+// Leaf is the endpoint's own certificate.
+func (t *TLS) Leaf() *x509.Certificate { return t.cert.Leaf }
+
+// HTTPClientConfig is a TLS configuration for an HTTPS client of a node's admin
+// API: it presents the endpoint's certificate and verifies the node's against the
+// CA, host name included (the admin API is reached by name; issue node
+// certificates for the names and addresses it is reached at).
+func (t *TLS) HTTPClientConfig() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: t.roots, Certificates: []tls.Certificate{t.cert}}
+}
+
+// serverCreds and dialCreds are the remote's transport credentials.
+func (t *TLS) serverCreds() credentials.TransportCredentials { return credentials.NewTLS(t.server) }
+func (t *TLS) dialCreds() credentials.TransportCredentials   { return credentials.NewTLS(t.client) }
+
+// httpConfig is the admin HTTP's: a client certificate is asked for and verified
+// when given, and required by the API's routes (not by /healthz, /readyz and
+// /metrics, which probes and Prometheus reach without one).
+func (t *TLS) httpConfig() *tls.Config {
+	c := t.server.Clone()
+	c.ClientAuth = tls.RequestClientCert
+	verify := t.server.VerifyConnection
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return nil
+		}
+		return verify(cs)
+	}
+	c.NextProtos = []string{"h2", "http/1.1"}
+	return c
+}
+
+func tlsErr(field, msg string) error {
+	return &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: field, Message: msg}
+}
+
+// ---------------------------------------------------------------- issuing
+
+// CA is a certificate authority for a kjob cluster's TLS (kjob tls init).
+type CA struct {
+	Cert *x509.Certificate
+	Key  *ecdsa.PrivateKey
+}
+
+// NewCA makes a self-signed CA valid for validity from now.
+func NewCA(name string, validity time.Duration) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: name, Organization: []string{"kjob"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(validity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &CA{Cert: cert, Key: key}, nil
+}
+
+// ParseCA reads a CA from its certificate's and key's PEM.
+func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
+	cb, _ := pem.Decode(certPEM)
+	if cb == nil || cb.Type != "CERTIFICATE" {
+		return nil, tlsErr("ca", "the CA certificate holds no PEM CERTIFICATE block")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, tlsErr("ca", err.Error())
+	}
+	if !cert.IsCA {
+		return nil, tlsErr("ca", "the certificate is not a CA's")
+	}
+	kb, _ := pem.Decode(keyPEM)
+	if kb == nil {
+		return nil, tlsErr("ca-key", "holds no PEM block")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, tlsErr("ca-key", err.Error())
+	}
+	key, ok := k.(*ecdsa.PrivateKey)
+	if !ok || !key.PublicKey.Equal(cert.PublicKey) {
+		return nil, tlsErr("ca-key", "is not the CA certificate's key")
+	}
+	return &CA{Cert: cert, Key: key}, nil
+}
+
+// CertPEM and KeyPEM encode the CA.
+func (ca *CA) CertPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})
+}
+
+func (ca *CA) KeyPEM() ([]byte, error) { return keyPEM(ca.Key) }
+
+// Issue makes a certificate for an endpoint named name, usable both as a TLS
+// server and a TLS client, with hosts (DNS names or IP addresses) as its subject
+// alternative names for HTTPS clients of the admin API that check them. It
+// returns the certificate's and the key's PEM.
+func (ca *CA) Issue(name string, hosts []string, validity time.Duration) (certPEM, keyPEMBytes []byte, err error) {
+	if name == "" {
+		return nil, nil, tlsErr("name", "is required")
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	notAfter := now.Add(validity)
+	if notAfter.After(ca.Cert.NotAfter) {
+		notAfter = ca.Cert.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: name, Organization: []string{"kjob"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else if h != "" {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	if err != nil {
+		return nil, nil, err
+	}
+	kp, err := keyPEM(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), kp, nil
+}
+
+func keyPEM(k *ecdsa.PrivateKey) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return n.Add(n, big.NewInt(1))
+}

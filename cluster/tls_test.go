@@ -1,0 +1,212 @@
+package cluster_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/kjob/kjob/actors/kerr"
+	"github.com/kjob/kjob/cluster"
+	"github.com/kjob/kjob/messages"
+)
+
+// issue makes an endpoint's TLS under ca.
+func issue(t *testing.T, ca *cluster.CA, name string) *cluster.TLS {
+	t.Helper()
+	cert, key, err := ca.Issue(name, []string{"127.0.0.1", "localhost"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := cluster.NewTLS(ca.CertPEM(), cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tl
+}
+
+// TestMutualTLS: a node with TLS serves clients and workers whose certificates its
+// CA signed, and nobody else: a client without TLS, or with a certificate of
+// another CA, gets no lease; the admin API over HTTPS answers its routes only to a
+// client certificate, and its probes to anyone.
+func TestMutualTLS(t *testing.T) {
+	ca, err := cluster.NewCA("test ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Log: quietLog(),
+		HTTP: "127.0.0.1:0", TLS: issue(t, ca, "node")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	rec := newRecorder()
+	w, err := cluster.NewWorker(cluster.WorkerConfig{Servers: []string{n.Address()}, App: "orders", Log: quietLog(),
+		OnRun: rec.onRun, TLS: issue(t, ca, "worker")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.HandleFunc("echo", func(ctx context.Context, r *cluster.Run) error { return nil })
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clientTLS := issue(t, ca, "client")
+	c, err := cluster.NewClient(ctx, cluster.ClientConfig{Servers: []string{n.Address()}, Log: quietLog(), TLS: clientTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	j, err := c.Create(ctx, once(50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the job to fire at the TLS worker", func() bool { return rec.n.Load() == 1 })
+	if got, err := c.Get(ctx, "orders", j.Id); err != nil || got.Id != j.Id {
+		t.Fatalf("get over TLS: %v, %v", got, err)
+	}
+
+	other, err := cluster.NewCA("another ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		tls  *cluster.TLS
+	}{{"no TLS", nil}, {"a certificate of another CA", issue(t, other, "intruder")}} {
+		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		rc, err := cluster.NewClient(rctx, cluster.ClientConfig{Servers: []string{n.Address()}, Log: quietLog(), TLS: tc.tls})
+		rcancel()
+		if err == nil {
+			rc.Close()
+			t.Fatalf("a client with %s got a lease from a TLS node", tc.name)
+		}
+	}
+
+	base := "https://" + n.HTTPAddr()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM())
+	anon := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}, Timeout: 10 * time.Second}
+	authed := &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS.HTTPClientConfig()}, Timeout: 10 * time.Second}
+	get := func(hc *http.Client, path string) (int, []byte) {
+		t.Helper()
+		resp, err := hc.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	if code, b := get(anon, "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz without a client certificate: %d %s", code, b)
+	}
+	if code, _ := get(anon, "/metrics"); code != http.StatusOK {
+		t.Fatalf("/metrics without a client certificate: %d", code)
+	}
+	code, b := get(anon, "/v1/cluster")
+	var eb struct {
+		Error struct{ Code, Field string }
+	}
+	if err := json.Unmarshal(b, &eb); code != http.StatusUnauthorized || err != nil || eb.Error.Code != "UNAUTHENTICATED" {
+		t.Fatalf("/v1/cluster without a client certificate: %d %s, want 401 UNAUTHENTICATED", code, b)
+	}
+	if code, b := get(authed, "/v1/jobs/orders/"+strconv.FormatInt(j.Id, 10)); code != http.StatusOK {
+		t.Fatalf("GET a job with a client certificate: %d %s", code, b)
+	}
+	intruder := issue(t, other, "intruder").HTTPClientConfig()
+	intruder.RootCAs = roots
+	if resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: intruder}, Timeout: 10 * time.Second}).Get(base + "/v1/cluster"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a client certificate of another CA was taken: %d", resp.StatusCode)
+	}
+	if resp, err := http.Get("http://" + n.HTTPAddr() + "/v1/cluster"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("plain HTTP answered by a TLS node")
+		}
+	}
+}
+
+// TestLoadTLSErrors: every bad TLS setting is an INVALID_ARGUMENT that names its
+// field.
+func TestLoadTLSErrors(t *testing.T) {
+	ca, err := cluster.NewCA("ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := cluster.NewCA("other", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.Issue("node", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, key2, err := ca.Issue("node2", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	caF, certF, keyF := write("ca.pem", ca.CertPEM()), write("cert.pem", cert), write("key.pem", key)
+	if tl, err := cluster.LoadTLS(cluster.TLSFiles{}); tl != nil || err != nil {
+		t.Fatalf("no files: %v, %v; want no TLS", tl, err)
+	}
+	if tl, err := cluster.LoadTLS(cluster.TLSFiles{CA: caF, Cert: certF, Key: keyF}); tl == nil || err != nil || tl.Leaf().Subject.CommonName != "node" {
+		t.Fatalf("good files: %v, %v", tl, err)
+	}
+	for _, tc := range []struct {
+		name  string
+		files cluster.TLSFiles
+		field string
+	}{
+		{"no key", cluster.TLSFiles{CA: caF, Cert: certF}, "tls-key"},
+		{"no CA", cluster.TLSFiles{Cert: certF, Key: keyF}, "tls-ca"},
+		{"a missing CA file", cluster.TLSFiles{CA: filepath.Join(dir, "nope.pem"), Cert: certF, Key: keyF}, "tls-ca"},
+		{"a CA file without PEM", cluster.TLSFiles{CA: write("junk.pem", []byte("junk")), Cert: certF, Key: keyF}, "tls-ca"},
+		{"another certificate's key", cluster.TLSFiles{CA: caF, Cert: certF, Key: write("key2.pem", key2)}, "tls-cert"},
+		{"a certificate another CA signed", cluster.TLSFiles{CA: write("other.pem", other.CertPEM()), Cert: certF, Key: keyF}, "tls-cert"},
+	} {
+		_, err := cluster.LoadTLS(tc.files)
+		var ke *kerr.Error
+		if !errors.As(err, &ke) || ke.Code != messages.Code_INVALID_ARGUMENT || ke.Field != tc.field {
+			t.Errorf("%s: %v, want INVALID_ARGUMENT on %s", tc.name, err, tc.field)
+		}
+	}
+	// A CA read back from its PEM issues certificates the original's TLS takes.
+	caKey, err := ca.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := cluster.ParseCA(ca.CertPEM(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, k2, err := back.Issue("later", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.NewTLS(ca.CertPEM(), c2, k2); err != nil {
+		t.Fatalf("a certificate issued by the CA read back: %v", err)
+	}
+	if _, err := cluster.ParseCA(ca.CertPEM(), key); err == nil {
+		t.Fatal("ParseCA took a key that is not the CA's")
+	}
+}

@@ -135,6 +135,9 @@ func (c *Client) Close() {
 
 func (c *Client) lease(ctx context.Context) error {
 	back := backoffMin
+	c.mu.Lock()
+	probed := c.node != nil // only a first lease is probed
+	c.mu.Unlock()
 	for {
 		r, err := c.toServer(ctx, &messages.LeaseNode{Holder: c.holder, Node: c.nodeID})
 		if err == nil {
@@ -153,6 +156,16 @@ func (c *Client) lease(ctx context.Context) error {
 		}
 		if !retryable(err) {
 			return err
+		}
+		if !probed {
+			// A first lease that fails may be a TLS setting that differs from
+			// the servers': say so now rather than time out.
+			probed = true
+			for _, addr := range c.cfg.Servers[:min(len(c.cfg.Servers), 3)] {
+				if terr := tlsMismatch(addr, c.cfg.TLS); terr != nil {
+					return fmt.Errorf("lease a snowflake node id: %w", terr)
+				}
+			}
 		}
 		if e := sleepCtx(ctx, back); e != nil {
 			return fmt.Errorf("lease a snowflake node id: %w (last error: %w)", e, err)

@@ -10,9 +10,11 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/credentials"
@@ -304,4 +306,57 @@ func serial() *big.Int {
 		panic(err) // crypto/rand does not fail on Linux
 	}
 	return n.Add(n, big.NewInt(1))
+}
+
+// ---------------------------------------------------------------- diagnosis
+
+// tlsProbeWait bounds a TLS probe (tlsMismatch): the dial, the handshake, and the
+// wait for the peer's verdict on this endpoint's certificate.
+const tlsProbeWait = time.Second
+
+// tlsMismatch says why addr and an endpoint with t (nil: no TLS) cannot talk,
+// when the cause is TLS: the server speaks it and the endpoint does not, or the
+// other way round, or one refuses the other's certificate. It returns an
+// UNAVAILABLE error on field "tls" saying which, or nil when it finds no such
+// cause (the server is down, or TLS is fine). An endpoint asks only after a
+// request failed: without it, a client of a TLS cluster with no TLS of its own
+// waited out its deadline and then reported a timeout.
+func tlsMismatch(addr string, t *TLS) error {
+	conn, err := net.DialTimeout("tcp", addr, tlsProbeWait)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(tlsProbeWait))
+	cfg := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}
+	if t != nil {
+		cfg = t.client.Clone()
+		cfg.NextProtos = []string{"h2"}
+	}
+	tc := tls.Client(conn, cfg)
+	herr := tc.Handshake()
+	var rec tls.RecordHeaderError
+	switch {
+	case t == nil && herr == nil:
+		return tlsHint("the server at %s speaks TLS and this endpoint has none: give it the cluster's (--tls-ca, --tls-cert, --tls-key; ClientConfig.TLS, WorkerConfig.TLS)", addr)
+	case t == nil:
+		return nil
+	case errors.As(herr, &rec) || errors.Is(herr, io.EOF):
+		return tlsHint("the server at %s does not speak TLS and this endpoint is configured with it: give both the same setting", addr)
+	case herr != nil && strings.Contains(herr.Error(), "certificate"):
+		return tlsHint("the server at %s presented a certificate that tls-ca did not sign: %v", addr, herr)
+	case herr != nil:
+		return nil
+	}
+	// TLS 1.3: the server checks this endpoint's certificate after the client's
+	// handshake is done, and says so in an alert on the first read.
+	var one [1]byte
+	if _, err := tc.Read(one[:]); err != nil && strings.Contains(err.Error(), "remote error") {
+		return tlsHint("the server at %s refused this endpoint's certificate (is it signed by the server's CA?): %v", addr, err)
+	}
+	return nil
+}
+
+func tlsHint(format string, args ...any) error {
+	return &kerr.Error{Code: messages.Code_UNAVAILABLE, Field: "tls", Message: fmt.Sprintf(format, args...)}
 }

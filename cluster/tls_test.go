@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,17 +81,52 @@ func TestMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An intruder that trusts the cluster's CA too, so that only the server's
+	// check of its certificate stops it.
+	ic, ik, err := other.Issue("intruder", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trusting, err := cluster.NewTLS(append(other.CertPEM(), ca.CertPEM()...), ic, ik)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		tls  *cluster.TLS
-	}{{"no TLS", nil}, {"a certificate of another CA", issue(t, other, "intruder")}} {
-		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		says string
+	}{
+		{"no TLS", nil, "speaks TLS and this endpoint has none"},
+		{"a certificate of another CA", issue(t, other, "intruder"), "presented a certificate that tls-ca did not sign"},
+		{"a certificate of another CA, trusting the cluster's", trusting, "refused this endpoint's certificate"},
+	} {
+		// The client gives up at once, saying why, rather than at its deadline.
+		rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
 		rc, err := cluster.NewClient(rctx, cluster.ClientConfig{Servers: []string{n.Address()}, Log: quietLog(), TLS: tc.tls})
 		rcancel()
 		if err == nil {
 			rc.Close()
 			t.Fatalf("a client with %s got a lease from a TLS node", tc.name)
 		}
+		var ke *kerr.Error
+		if !errors.As(err, &ke) || ke.Field != "tls" || !strings.Contains(ke.Message, tc.says) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a client with %s: %v; want a tls error saying %q", tc.name, err, tc.says)
+		}
+	}
+	plain, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Log: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	rc, err := cluster.NewClient(rctx, cluster.ClientConfig{Servers: []string{plain.Address()}, Log: quietLog(), TLS: clientTLS})
+	rcancel()
+	var ke *kerr.Error
+	if err == nil {
+		rc.Close()
+		t.Fatal("a TLS client got a lease from a plain node")
+	} else if !errors.As(err, &ke) || ke.Field != "tls" || !strings.Contains(ke.Message, "does not speak TLS") {
+		t.Fatalf("a TLS client of a plain node: %v; want a tls error", err)
 	}
 
 	base := "https://" + n.HTTPAddr()

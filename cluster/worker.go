@@ -118,6 +118,16 @@ func (w *Worker) Start() error {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
+		if !registered {
+			// A worker that cannot reach any server may have a TLS setting that
+			// differs from theirs: say so once, loudly.
+			for _, addr := range w.cfg.Servers[:min(len(w.cfg.Servers), 3)] {
+				if err := tlsMismatch(addr, w.cfg.TLS); err != nil {
+					w.cfg.Log.Error("kjob worker: cannot register: TLS differs from the server's; this worker gets no dispatches", "worker", w.cfg.ID, "err", err)
+					break
+				}
+			}
+		}
 		every := nscore.HeartbeatMs * time.Millisecond
 		t := time.NewTimer(every)
 		defer t.Stop()

@@ -83,13 +83,14 @@ type benchOpts struct {
 	paramsBytes int
 	capacity    int // worker pool size (0 = the worker's default)
 	sync        persistence.SyncPolicy
-	servers     []string    // a running cluster; nil = embedded nodes
-	dataDir     string      // parent of the embedded nodes' data directories ("" = a temp dir)
-	latencyOut  string      // file for the raw fire lateness samples (ns, one per line)
-	armMs       int64       // embedded nodes' --arm-ms (0 = none)
-	lazyMs      int64       // embedded nodes' --lazy-sync-ms (0 = none)
-	memProfile  string      // heap profile, written when the memory scenario measures (else at the end)
-	syncs       *benchSyncs // the embedded nodes' journal syncs (nil with --servers)
+	servers     []string     // a running cluster; nil = embedded nodes
+	tls         *cluster.TLS // the cluster's mutual TLS (--tls-*): the embedded nodes' too
+	dataDir     string       // parent of the embedded nodes' data directories ("" = a temp dir)
+	latencyOut  string       // file for the raw fire lateness samples (ns, one per line)
+	armMs       int64        // embedded nodes' --arm-ms (0 = none)
+	lazyMs      int64        // embedded nodes' --lazy-sync-ms (0 = none)
+	memProfile  string       // heap profile, written when the memory scenario measures (else at the end)
+	syncs       *benchSyncs  // the embedded nodes' journal syncs (nil with --servers)
 	progress    io.Writer
 	log         *slog.Logger
 }
@@ -273,6 +274,11 @@ measure the node). Every figure is wall-clock on whatever else the machine runs.
 			if f := cmd.Flag("servers"); f != nil && f.Changed {
 				o.servers = splitList(g.servers)
 			}
+			tl, err := clusterTLS()
+			if err != nil {
+				return err
+			}
+			o.tls = tl
 			if !quiet {
 				o.progress = cmd.ErrOrStderr()
 			}
@@ -509,7 +515,7 @@ func (e *benchEnv) close() {
 
 // benchStartNode starts an embedded node in dir and waits until it serves.
 func benchStartNode(ctx context.Context, o benchOpts, dir, listen string) (*cluster.Node, error) {
-	n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, DataDir: dir, Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs), LazySyncMs: armFlag(o.lazyMs),
+	n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, DataDir: dir, Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs), LazySyncMs: armFlag(o.lazyMs), TLS: o.tls,
 		OnJournalSync: o.syncs.add})
 	if err != nil {
 		return nil, err
@@ -606,7 +612,7 @@ func newBenchEnv(ctx context.Context, o benchOpts, dir string) (*benchEnv, error
 
 // startWorker starts a worker for e's app running handler as "noop".
 func (e *benchEnv) startWorker(o benchOpts, handler cluster.HandlerFunc) error {
-	w, err := cluster.NewWorker(cluster.WorkerConfig{Servers: e.servers, App: e.app, Capacity: o.capacity, Log: o.log})
+	w, err := cluster.NewWorker(cluster.WorkerConfig{Servers: e.servers, App: e.app, Capacity: o.capacity, Log: o.log, TLS: o.tls})
 	if err != nil {
 		return err
 	}
@@ -627,7 +633,7 @@ func (e *benchEnv) connect(ctx context.Context, o benchOpts, handler cluster.Han
 	}
 	cctx, cancel := context.WithTimeout(ctx, benchReadyTimeout)
 	defer cancel()
-	c, err := cluster.NewClient(cctx, cluster.ClientConfig{Servers: e.servers, Log: o.log, NoBatch: o.noBatch})
+	c, err := cluster.NewClient(cctx, cluster.ClientConfig{Servers: e.servers, Log: o.log, NoBatch: o.noBatch, TLS: o.tls})
 	if err != nil {
 		return err
 	}
@@ -940,7 +946,7 @@ func benchRecoverMemory(ctx context.Context, o benchOpts, dir string, n int, rec
 		// fixed cost of starting a cluster member from the cost of replay. The
 		// first start, which makes (and zero-fills) the journal's first segment,
 		// is not timed: a restart does not do that.
-		emptyCfg := cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: dir + "-empty", Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs), LazySyncMs: armFlag(o.lazyMs)}
+		emptyCfg := cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: dir + "-empty", Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs), LazySyncMs: armFlag(o.lazyMs), TLS: o.tls}
 		defer os.RemoveAll(emptyCfg.DataDir)
 		empty, err := cluster.StartNode(emptyCfg)
 		if err != nil {
@@ -1054,7 +1060,7 @@ func benchRecoverMemory(ctx context.Context, o benchOpts, dir string, n int, rec
 	defer p.finish()
 	restarted.Store(true)
 	t0 := time.Now()
-	node, err = cluster.StartNode(cluster.NodeConfig{Listen: addr, DataDir: dir, Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs), LazySyncMs: armFlag(o.lazyMs)})
+	node, err = cluster.StartNode(cluster.NodeConfig{Listen: addr, DataDir: dir, Sync: o.sync, Log: o.log, ArmMs: armFlag(o.armMs), LazySyncMs: armFlag(o.lazyMs), TLS: o.tls})
 	if err != nil {
 		return nil, nil, fmt.Errorf("restart: %w", err)
 	}

@@ -83,14 +83,14 @@ type proc struct {
 	log  string
 }
 
-func startServer(t *testing.T, bin, addr string, peers []string, data string) *proc {
+func startServer(t *testing.T, bin, addr string, peers []string, data string, extra ...string) *proc {
 	t.Helper()
 	logf := filepath.Join(t.TempDir(), "server.log")
 	f, err := os.Create(logf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "server", "--listen", addr, "--peers", strings.Join(peers, ","), "--data", data, "--log-level", testLogLevel())
+	cmd := exec.Command(bin, append([]string{"server", "--listen", addr, "--peers", strings.Join(peers, ","), "--data", data, "--log-level", testLogLevel()}, extra...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -124,9 +124,9 @@ type workerProc struct {
 	total int
 }
 
-func startWorker(t *testing.T, bin, app string, servers []string) *workerProc {
+func startWorker(t *testing.T, bin, app string, servers []string, extra ...string) *workerProc {
 	t.Helper()
-	cmd := exec.Command(bin, "worker", "--app", app, "--servers", strings.Join(servers, ","), "--log-level", "warn")
+	cmd := exec.Command(bin, append([]string{"worker", "--app", app, "--servers", strings.Join(servers, ","), "--log-level", "warn"}, extra...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,8 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.servers, "servers", envOr("KJOB_SERVERS", "127.0.0.1:7070"), "comma-separated server addresses (env KJOB_SERVERS)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(serverCmd(), workerCmd(), jobCmd(), dlqCmd(), clusterCmd(), demoCmd())
+	addTLSFlags(root)
+	root.AddCommand(serverCmd(), workerCmd(), jobCmd(), dlqCmd(), clusterCmd(), demoCmd(), tlsCmd())
 	root.AddCommand(benchCmd(), simCmd())
 	return root
 }
@@ -115,10 +116,14 @@ func serverCmd() *cobra.Command {
 			if doneRetention < time.Second {
 				return &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "done-retention", Message: fmt.Sprintf("%s: must be at least 1s", doneRetention)}
 			}
+			tl, err := clusterTLS()
+			if err != nil {
+				return err
+			}
 			cluster.RouteLibraryLogs(logger())
 			httpAddr = serverHTTP(cmd, listen, httpAddr)
 			n, err := cluster.StartNode(cluster.NodeConfig{Listen: listen, Peers: splitList(peers), DataDir: data, Sync: pol, Log: logger(),
-				AlertHooks: hooks, HTTP: httpAddr, Split: split, AppPolicies: policies,
+				AlertHooks: hooks, HTTP: httpAddr, Split: split, AppPolicies: policies, TLS: tl,
 				Shard: shardcore.Config{DoneRetentionMs: doneRetention.Milliseconds()}, ArmMs: armFlag(armMs), LazySyncMs: armFlag(lazyMs)})
 			if err != nil {
 				return err
@@ -193,7 +198,11 @@ func armFlag(ms int64) int64 {
 }
 
 func newClient(ctx context.Context) (*cluster.Client, error) {
-	return cluster.NewClient(ctx, cluster.ClientConfig{Servers: splitList(g.servers), Log: logger()})
+	tl, err := clusterTLS()
+	if err != nil {
+		return nil, err
+	}
+	return cluster.NewClient(ctx, cluster.ClientConfig{Servers: splitList(g.servers), Log: logger(), TLS: tl})
 }
 
 // nextPage tells how to get the next page of a list: after the rows, or on

@@ -68,8 +68,12 @@ func workerCmd() *cobra.Command {
 			if app == "" {
 				return invalid("app", "is required")
 			}
+			tl, err := clusterTLS()
+			if err != nil {
+				return err
+			}
 			w, err := cluster.NewWorker(cluster.WorkerConfig{Servers: splitList(g.servers), App: app, ID: id, Capacity: capacity,
-				Log: logger(), OnRun: printer()})
+				Log: logger(), OnRun: printer(), TLS: tl})
 			if err != nil {
 				return err
 			}

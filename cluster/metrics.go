@@ -141,6 +141,11 @@ func newMetrics(n *Node) *nodeMetrics {
 			Help: "Bytes of torn tail the journal dropped when the node started."},
 			func() float64 { return float64(n.report.TruncatedBytes) }),
 	)
+	if t := n.cfg.TLS; t != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_tls_certificate_expiry_timestamp_seconds",
+			Help: "When the node's TLS certificate (--tls-cert) expires, in Unix seconds: it is read at start, so renew it and restart the node before then."},
+			func() float64 { return float64(t.Leaf().NotAfter.Unix()) }))
+	}
 	return m
 }
 

@@ -147,8 +147,20 @@ func TestMutualTLS(t *testing.T) {
 	if code, b := get(anon, "/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz without a client certificate: %d %s", code, b)
 	}
-	if code, _ := get(anon, "/metrics"); code != http.StatusOK {
+	code, metrics := get(anon, "/metrics")
+	if code != http.StatusOK {
 		t.Fatalf("/metrics without a client certificate: %d", code)
+	}
+	// The node's certificate's expiry, for the alert that warns before it.
+	issued := time.Now().Add(time.Hour).Truncate(time.Second)
+	var expiry float64
+	for _, line := range strings.Split(string(metrics), "\n") {
+		if v, ok := strings.CutPrefix(line, "kjob_tls_certificate_expiry_timestamp_seconds "); ok {
+			expiry, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if d := time.Unix(int64(expiry), 0).Sub(issued); d < -time.Minute || d > time.Minute {
+		t.Fatalf("kjob_tls_certificate_expiry_timestamp_seconds %v, want about %v (the node's certificate: an hour)", expiry, issued.Unix())
 	}
 	code, b := get(anon, "/v1/cluster")
 	var eb struct {

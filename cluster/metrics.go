@@ -143,8 +143,11 @@ func newMetrics(n *Node) *nodeMetrics {
 	)
 	if t := n.cfg.TLS; t != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_tls_certificate_expiry_timestamp_seconds",
-			Help: "When the node's TLS certificate (--tls-cert) expires, in Unix seconds: it is read at start, so renew it and restart the node before then."},
-			func() float64 { return float64(t.Leaf().NotAfter.Unix()) }))
+			Help: "When the node's TLS certificate (--tls-cert) expires, in Unix seconds: renew the file before then (it is reread within a second of a change)."},
+			func() float64 { return float64(t.Leaf().NotAfter.Unix()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_tls_reload_failing",
+				Help: "1 while the node's TLS files, changed since they were last read, do not load (a certificate without its new key, say): the last good ones stay in use."},
+				func() float64 { return b2f(t.ReloadErr() != nil) }))
 	}
 	return m
 }

@@ -15,6 +15,8 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/credentials"
@@ -36,12 +38,37 @@ import (
 type TLS struct {
 	server *tls.Config // the remote's listener, and the admin HTTP's
 	client *tls.Config // the remote's dials
-	cert   tls.Certificate
-	roots  *x509.CertPool
+	// files are reread when they change (material), when LoadTLS made t.
+	files     TLSFiles
+	cur       atomic.Pointer[tlsMaterial]
+	checkAt   atomic.Int64 // Unix ns of the next look at the files
+	reloadErr atomic.Pointer[error]
+	reload    sync.Mutex // one look at a time
 }
 
-// TLSFiles names the PEM files of an endpoint's TLS: the CA's certificate, and the
-// endpoint's certificate (the chain up to the CA, leaf first) and private key.
+// tlsMaterial is what an endpoint's TLS files hold.
+type tlsMaterial struct {
+	cert  tls.Certificate
+	roots *x509.CertPool
+	stamp [3]fileStamp // the files' (CA, cert, key) as they were read
+}
+
+type fileStamp struct {
+	size int64
+	mod  time.Time
+}
+
+// TLSReloadEvery is how often, at most, an endpoint whose TLS came from files
+// (LoadTLS) looks at them, on its next handshake or metrics scrape: a certificate,
+// key or CA file replaced (a renewal, a CA rotation) is used from then on, for new
+// connections, with no restart. A set of files that does not load (a rotation
+// half done: the certificate replaced and not yet its key) leaves the last good
+// one in use and is tried again a look later (ReloadErr).
+const TLSReloadEvery = time.Second
+
+// TLSFiles names the PEM files of an endpoint's TLS: the CA's certificate (or
+// several, during a CA rotation), and the endpoint's certificate (the chain up to
+// the CA, leaf first) and private key.
 type TLSFiles struct {
 	CA, Cert, Key string
 }
@@ -50,7 +77,8 @@ type TLSFiles struct {
 func (f TLSFiles) Configured() bool { return f.CA != "" || f.Cert != "" || f.Key != "" }
 
 // LoadTLS reads f. It wants all three files or none (nil, nil); its errors are
-// INVALID_ARGUMENT naming the field (tls-ca, tls-cert, tls-key).
+// INVALID_ARGUMENT naming the field (tls-ca, tls-cert, tls-key). The files are
+// reread when they change (TLSReloadEvery).
 func LoadTLS(f TLSFiles) (*TLS, error) {
 	if !f.Configured() {
 		return nil, nil
@@ -59,6 +87,20 @@ func LoadTLS(f TLSFiles) (*TLS, error) {
 		if p.path == "" {
 			return nil, tlsErr(p.field, "is required with the other TLS files (tls-ca, tls-cert, tls-key)")
 		}
+	}
+	m, err := loadMaterial(f)
+	if err != nil {
+		return nil, err
+	}
+	return newTLS(m, f), nil
+}
+
+// loadMaterial reads and checks f. The files are stamped before they are read, so
+// that one replaced meanwhile is read again at the next look.
+func loadMaterial(f TLSFiles) (*tlsMaterial, error) {
+	stamp, err := stampFiles(f)
+	if err != nil {
+		return nil, err
 	}
 	caPEM, err := os.ReadFile(f.CA)
 	if err != nil {
@@ -72,11 +114,35 @@ func LoadTLS(f TLSFiles) (*TLS, error) {
 	if err != nil {
 		return nil, tlsErr("tls-key", err.Error())
 	}
-	return NewTLS(caPEM, certPEM, keyPEM)
+	m, err := parseMaterial(caPEM, certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	m.stamp = stamp
+	return m, nil
 }
 
-// NewTLS is LoadTLS on the files' contents.
+func stampFiles(f TLSFiles) (st [3]fileStamp, err error) {
+	for i, p := range []struct{ field, path string }{{"tls-ca", f.CA}, {"tls-cert", f.Cert}, {"tls-key", f.Key}} {
+		fi, err := os.Stat(p.path)
+		if err != nil {
+			return st, tlsErr(p.field, err.Error())
+		}
+		st[i] = fileStamp{size: fi.Size(), mod: fi.ModTime()}
+	}
+	return st, nil
+}
+
+// NewTLS is LoadTLS on the files' contents (never reloaded).
 func NewTLS(caPEM, certPEM, keyPEM []byte) (*TLS, error) {
+	m, err := parseMaterial(caPEM, certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	return newTLS(m, TLSFiles{}), nil
+}
+
+func parseMaterial(caPEM, certPEM, keyPEM []byte) (*tlsMaterial, error) {
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {
 		return nil, tlsErr("tls-ca", "holds no PEM certificate")
@@ -95,7 +161,13 @@ func NewTLS(caPEM, certPEM, keyPEM []byte) (*TLS, error) {
 	if err := verifyChain(roots, cert.Certificate, time.Now()); err != nil {
 		return nil, tlsErr("tls-cert", fmt.Sprintf("is not valid under tls-ca: %v", err))
 	}
-	t := &TLS{cert: cert, roots: roots}
+	return &tlsMaterial{cert: cert, roots: roots}, nil
+}
+
+func newTLS(m *tlsMaterial, files TLSFiles) *TLS {
+	t := &TLS{files: files}
+	t.cur.Store(m)
+	t.checkAt.Store(time.Now().Add(TLSReloadEvery).UnixNano())
 	verify := func(cs tls.ConnectionState) error {
 		if len(cs.PeerCertificates) == 0 {
 			return errors.New("kjob tls: the peer presented no certificate")
@@ -104,23 +176,62 @@ func NewTLS(caPEM, certPEM, keyPEM []byte) (*TLS, error) {
 		for i, c := range cs.PeerCertificates {
 			raw[i] = c.Raw
 		}
-		return verifyChain(roots, raw, time.Now())
+		return verifyChain(t.material().roots, raw, time.Now())
 	}
 	t.server = &tls.Config{
-		MinVersion:       tls.VersionTLS13,
-		Certificates:     []tls.Certificate{cert},
+		MinVersion: tls.VersionTLS13,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return &t.material().cert, nil
+		},
 		ClientAuth:       tls.RequireAnyClientCert, // verified by VerifyConnection
 		VerifyConnection: verify,
 	}
 	t.client = &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{cert},
+		MinVersion: tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return &t.material().cert, nil
+		},
 		// The chain is verified by VerifyConnection, against the CA and without
 		// the host name (see TLS).
 		InsecureSkipVerify: true,
 		VerifyConnection:   verify,
 	}
-	return t, nil
+	return t
+}
+
+// material is the endpoint's certificate and CA: the files' current ones, looked
+// at at most once every TLSReloadEvery.
+func (t *TLS) material() *tlsMaterial {
+	m := t.cur.Load()
+	if !t.files.Configured() {
+		return m
+	}
+	now := time.Now()
+	if now.UnixNano() < t.checkAt.Load() || !t.reload.TryLock() {
+		return m
+	}
+	defer t.reload.Unlock()
+	t.checkAt.Store(now.Add(TLSReloadEvery).UnixNano())
+	if st, err := stampFiles(t.files); err == nil && st == m.stamp {
+		return m
+	}
+	nm, err := loadMaterial(t.files)
+	if err != nil {
+		t.reloadErr.Store(&err)
+		return m
+	}
+	t.reloadErr.Store(nil)
+	t.cur.Store(nm)
+	return nm
+}
+
+// ReloadErr is why the files, changed since they were last read, do not load (the
+// last good certificate and CA stay in use), or nil.
+func (t *TLS) ReloadErr() error {
+	if p := t.reloadErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // verifyChain checks that chain (leaf first, DER) leads to one of roots.
@@ -142,15 +253,16 @@ func verifyChain(roots *x509.CertPool, chain [][]byte, now time.Time) error {
 	return err
 }
 
-// Leaf is the endpoint's own certificate.
-func (t *TLS) Leaf() *x509.Certificate { return t.cert.Leaf }
+// Leaf is the endpoint's own certificate (the current one: see TLSReloadEvery).
+func (t *TLS) Leaf() *x509.Certificate { return t.material().cert.Leaf }
 
 // HTTPClientConfig is a TLS configuration for an HTTPS client of a node's admin
 // API: it presents the endpoint's certificate and verifies the node's against the
 // CA, host name included (the admin API is reached by name; issue node
 // certificates for the names and addresses it is reached at).
 func (t *TLS) HTTPClientConfig() *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: t.roots, Certificates: []tls.Certificate{t.cert}}
+	m := t.material()
+	return &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: m.roots, Certificates: []tls.Certificate{m.cert}}
 }
 
 // serverCreds and dialCreds are the remote's transport credentials.

@@ -159,6 +159,9 @@ func TestMutualTLS(t *testing.T) {
 			expiry, _ = strconv.ParseFloat(v, 64)
 		}
 	}
+	if !strings.Contains(string(metrics), "\nkjob_tls_reload_failing 0\n") {
+		t.Fatal("/metrics has no kjob_tls_reload_failing 0")
+	}
 	if d := time.Unix(int64(expiry), 0).Sub(issued); d < -time.Minute || d > time.Minute {
 		t.Fatalf("kjob_tls_certificate_expiry_timestamp_seconds %v, want about %v (the node's certificate: an hour)", expiry, issued.Unix())
 	}
@@ -256,5 +259,97 @@ func TestLoadTLSErrors(t *testing.T) {
 	}
 	if _, err := cluster.ParseCA(ca.CertPEM(), key); err == nil {
 		t.Fatal("ParseCA took a key that is not the CA's")
+	}
+}
+
+// TestTLSReload: a node's TLS files replaced while it runs are used for new
+// connections within TLSReloadEvery: a CA added to its CA file lets that CA's
+// clients in, a renewed certificate is served; a renewal half done (the
+// certificate without its key) keeps the last good pair in use and says so.
+func TestTLSReload(t *testing.T) {
+	ca1, err := cluster.NewCA("ca one", 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca2, err := cluster.NewCA("ca two", 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	files := cluster.TLSFiles{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "node.pem"), Key: filepath.Join(dir, "node-key.pem")}
+	write := func(path string, b []byte) {
+		t.Helper()
+		// As a renewal tool does: a new file renamed over the old.
+		if err := os.WriteFile(path+".new", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".new", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodeCert := func(validity time.Duration) ([]byte, []byte) {
+		c, k, err := ca1.Issue("node", []string{"127.0.0.1"}, validity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, k
+	}
+	c, k := nodeCert(time.Hour)
+	write(files.CA, ca1.CertPEM())
+	write(files.Cert, c)
+	write(files.Key, k)
+	tl, err := cluster.LoadTLS(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Log: quietLog(), TLS: tl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	// A client of the second CA that trusts both: only the node's CA file stops it.
+	ic, ik, err := ca2.Issue("newcomer", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newcomer, err := cluster.NewTLS(append(ca1.CertPEM(), ca2.CertPEM()...), ic, ik)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := func(tl *cluster.TLS) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c, err := cluster.NewClient(ctx, cluster.ClientConfig{Servers: []string{n.Address()}, Log: quietLog(), TLS: tl})
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := lease(newcomer); err == nil {
+		t.Fatal("a client of another CA got a lease")
+	}
+	write(files.CA, append(ca1.CertPEM(), ca2.CertPEM()...))
+	time.Sleep(cluster.TLSReloadEvery + 100*time.Millisecond)
+	if err := lease(newcomer); err != nil {
+		t.Fatalf("a client of the CA added to the node's CA file: %v", err)
+	}
+
+	first := tl.Leaf().NotAfter
+	c2, k2 := nodeCert(2 * time.Hour)
+	write(files.Cert, c2) // its key not yet
+	time.Sleep(cluster.TLSReloadEvery + 100*time.Millisecond)
+	if tl.Leaf().NotAfter != first || tl.ReloadErr() == nil {
+		t.Fatalf("a certificate without its key: leaf until %v (was %v), reload error %v; want the old pair and an error", tl.Leaf().NotAfter, first, tl.ReloadErr())
+	}
+	if err := lease(issue(t, ca1, "client")); err != nil {
+		t.Fatalf("a client while the node's renewal is half done: %v", err)
+	}
+	write(files.Key, k2)
+	time.Sleep(cluster.TLSReloadEvery + 100*time.Millisecond)
+	if got := tl.Leaf().NotAfter; !got.After(first) || tl.ReloadErr() != nil {
+		t.Fatalf("renewed: leaf until %v (was %v), reload error %v", got, first, tl.ReloadErr())
+	}
+	if err := lease(issue(t, ca1, "client")); err != nil {
+		t.Fatalf("a client after the node's renewal: %v", err)
 	}
 }

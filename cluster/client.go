@@ -159,12 +159,11 @@ func (c *Client) lease(ctx context.Context) error {
 		}
 		if !probed {
 			// A first lease that fails may be a TLS setting that differs from
-			// the servers': say so now rather than time out.
-			probed = true
-			for _, addr := range c.cfg.Servers[:min(len(c.cfg.Servers), 3)] {
-				if terr := tlsMismatch(addr, c.cfg.TLS); terr != nil {
-					return fmt.Errorf("lease a snowflake node id: %w", terr)
-				}
+			// the servers': say so now rather than time out. Looked at until a
+			// server was reached.
+			var terr error
+			if terr, probed = probeTLS(ctx, c.cfg.Servers, c.cfg.TLS); terr != nil {
+				return fmt.Errorf("lease a snowflake node id: %w", terr)
 			}
 		}
 		if e := sleepCtx(ctx, back); e != nil {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -10,7 +11,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"os"
@@ -147,9 +147,15 @@ func parseMaterial(caPEM, certPEM, keyPEM []byte) (*tlsMaterial, error) {
 	if !roots.AppendCertsFromPEM(caPEM) {
 		return nil, tlsErr("tls-ca", "holds no PEM certificate")
 	}
+	if b, _ := pem.Decode(certPEM); b == nil || b.Type != "CERTIFICATE" {
+		return nil, tlsErr("tls-cert", "holds no PEM certificate")
+	}
+	if b, _ := pem.Decode(keyPEM); b == nil {
+		return nil, tlsErr("tls-key", "holds no PEM private key")
+	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, tlsErr("tls-cert", fmt.Sprintf("with tls-key: %v", err))
+		return nil, tlsErr("tls-key", fmt.Sprintf("is not tls-cert's key: %v", err))
 	}
 	if cert.Leaf == nil {
 		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
@@ -213,6 +219,7 @@ func (t *TLS) material() *tlsMaterial {
 	defer t.reload.Unlock()
 	t.checkAt.Store(now.Add(TLSReloadEvery).UnixNano())
 	if st, err := stampFiles(t.files); err == nil && st == m.stamp {
+		t.reloadErr.Store(nil) // the files are the good set again (a rollback by mv)
 		return m
 	}
 	nm, err := loadMaterial(t.files)
@@ -376,7 +383,10 @@ func (ca *CA) Issue(name string, hosts []string, validity time.Duration) (certPE
 	now := time.Now()
 	notAfter := now.Add(validity)
 	if notAfter.After(ca.Cert.NotAfter) {
-		notAfter = ca.Cert.NotAfter
+		notAfter = ca.Cert.NotAfter // a certificate outlives its CA in no verifier
+	}
+	if !notAfter.After(now) {
+		return nil, nil, tlsErr("ca", fmt.Sprintf("expired %s: make a new CA (kjob tls init) and rotate to it", ca.Cert.NotAfter.UTC().Format(time.RFC3339)))
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
@@ -430,16 +440,21 @@ const tlsProbeWait = time.Second
 // when the cause is TLS: the server speaks it and the endpoint does not, or the
 // other way round, or one refuses the other's certificate. It returns an
 // UNAVAILABLE error on field "tls" saying which, or nil when it finds no such
-// cause (the server is down, or TLS is fine). An endpoint asks only after a
-// request failed: without it, a client of a TLS cluster with no TLS of its own
-// waited out its deadline and then reported a timeout.
-func tlsMismatch(addr string, t *TLS) error {
-	conn, err := net.DialTimeout("tcp", addr, tlsProbeWait)
+// cause; known says whether it could tell (a server that is down, or a proxy
+// that hangs up, tells nothing). An endpoint asks only after a request failed:
+// without it, a client of a TLS cluster with no TLS of its own waited out its
+// deadline and then reported a timeout.
+func tlsMismatch(ctx context.Context, addr string, t *TLS) (mismatch error, known bool) {
+	ctx, cancel := context.WithTimeout(ctx, tlsProbeWait)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil
+		return nil, false
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(tlsProbeWait))
+	dl, _ := ctx.Deadline()
+	_ = conn.SetDeadline(dl)
 	cfg := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}
 	if t != nil {
 		cfg = t.client.Clone()
@@ -450,23 +465,45 @@ func tlsMismatch(addr string, t *TLS) error {
 	var rec tls.RecordHeaderError
 	switch {
 	case t == nil && herr == nil:
-		return tlsHint("the server at %s speaks TLS and this endpoint has none: give it the cluster's (--tls-ca, --tls-cert, --tls-key; ClientConfig.TLS, WorkerConfig.TLS)", addr)
+		return tlsHint("the server at %s speaks TLS and this endpoint has none: give it the cluster's (--tls-ca, --tls-cert, --tls-key; ClientConfig.TLS, WorkerConfig.TLS)", addr), true
+	case errors.As(herr, &rec):
+		// Only a record that is not TLS proves a plain server (a plain gRPC
+		// server writes its SETTINGS frame first); an EOF is any peer that hung up.
+		if t == nil {
+			return nil, true
+		}
+		return tlsHint("the server at %s does not speak TLS and this endpoint is configured with it: give both the same setting", addr), true
 	case t == nil:
-		return nil
-	case errors.As(herr, &rec) || errors.Is(herr, io.EOF):
-		return tlsHint("the server at %s does not speak TLS and this endpoint is configured with it: give both the same setting", addr)
+		return nil, false
 	case herr != nil && strings.Contains(herr.Error(), "certificate"):
-		return tlsHint("the server at %s presented a certificate that tls-ca did not sign: %v", addr, herr)
+		return tlsHint("the server at %s presented a certificate that tls-ca does not accept: %v", addr, herr), true
 	case herr != nil:
-		return nil
+		return nil, false
 	}
 	// TLS 1.3: the server checks this endpoint's certificate after the client's
 	// handshake is done, and says so in an alert on the first read.
 	var one [1]byte
 	if _, err := tc.Read(one[:]); err != nil && strings.Contains(err.Error(), "remote error") {
-		return tlsHint("the server at %s refused this endpoint's certificate (is it signed by the server's CA?): %v", addr, err)
+		return tlsHint("the server at %s refused this endpoint's certificate (is it signed by the server's CA, and current?): %v", addr, err), true
 	}
-	return nil
+	return nil, true
+}
+
+// probeTLS is tlsMismatch on the first few servers, until one tells of a
+// mismatch; known says whether any could tell (or ctx ended: nothing more to
+// look at), so that a caller looks again until one could.
+func probeTLS(ctx context.Context, servers []string, t *TLS) (mismatch error, known bool) {
+	for _, addr := range servers[:min(len(servers), 3)] {
+		if ctx.Err() != nil {
+			return nil, true
+		}
+		m, k := tlsMismatch(ctx, addr, t)
+		if m != nil {
+			return m, true
+		}
+		known = known || k
+	}
+	return nil, known
 }
 
 func tlsHint(format string, args ...any) error {

@@ -97,7 +97,7 @@ func TestMutualTLS(t *testing.T) {
 		says string
 	}{
 		{"no TLS", nil, "speaks TLS and this endpoint has none"},
-		{"a certificate of another CA", issue(t, other, "intruder"), "presented a certificate that tls-ca did not sign"},
+		{"a certificate of another CA", issue(t, other, "intruder"), "presented a certificate that tls-ca does not accept"},
 		{"a certificate of another CA, trusting the cluster's", trusting, "refused this endpoint's certificate"},
 	} {
 		// The client gives up at once, saying why, rather than at its deadline.
@@ -232,7 +232,9 @@ func TestLoadTLSErrors(t *testing.T) {
 		{"no CA", cluster.TLSFiles{Cert: certF, Key: keyF}, "tls-ca"},
 		{"a missing CA file", cluster.TLSFiles{CA: filepath.Join(dir, "nope.pem"), Cert: certF, Key: keyF}, "tls-ca"},
 		{"a CA file without PEM", cluster.TLSFiles{CA: write("junk.pem", []byte("junk")), Cert: certF, Key: keyF}, "tls-ca"},
-		{"another certificate's key", cluster.TLSFiles{CA: caF, Cert: certF, Key: write("key2.pem", key2)}, "tls-cert"},
+		{"another certificate's key", cluster.TLSFiles{CA: caF, Cert: certF, Key: write("key2.pem", key2)}, "tls-key"},
+		{"a key file without PEM", cluster.TLSFiles{CA: caF, Cert: certF, Key: write("junkkey.pem", []byte("junk"))}, "tls-key"},
+		{"a certificate file without PEM", cluster.TLSFiles{CA: caF, Cert: write("junkcert.pem", []byte("junk")), Key: keyF}, "tls-cert"},
 		{"a certificate another CA signed", cluster.TLSFiles{CA: write("other.pem", other.CertPEM()), Cert: certF, Key: keyF}, "tls-cert"},
 	} {
 		_, err := cluster.LoadTLS(tc.files)
@@ -351,5 +353,52 @@ func TestTLSReload(t *testing.T) {
 	}
 	if err := lease(issue(t, ca1, "client")); err != nil {
 		t.Fatalf("a client after the node's renewal: %v", err)
+	}
+}
+
+// TestTLSReloadRollback: a renewal half done and then undone by renaming the
+// original back (its size and modification time as before) clears the reload
+// error: the files are the set in use again.
+func TestTLSReloadRollback(t *testing.T) {
+	ca, err := cluster.NewCA("ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	f := cluster.TLSFiles{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "node.pem"), Key: filepath.Join(dir, "node-key.pem")}
+	c, k, err := ca.Issue("node", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, b := range map[string][]byte{f.CA: ca.CertPEM(), f.Cert: c, f.Key: k} {
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tl, err := cluster.LoadTLS(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := tl.Leaf().NotAfter
+	if err := os.Rename(f.Cert, f.Cert+".old"); err != nil {
+		t.Fatal(err)
+	}
+	c2, _, err := ca.Issue("node", nil, 2*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.Cert, c2, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(cluster.TLSReloadEvery + 100*time.Millisecond)
+	if tl.Leaf(); tl.ReloadErr() == nil {
+		t.Fatal("a certificate without its key: no reload error")
+	}
+	if err := os.Rename(f.Cert+".old", f.Cert); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(cluster.TLSReloadEvery + 100*time.Millisecond)
+	if leaf := tl.Leaf(); tl.ReloadErr() != nil || leaf.NotAfter != first {
+		t.Fatalf("rolled back: reload error %v, leaf until %v (want %v)", tl.ReloadErr(), leaf.NotAfter, first)
 	}
 }

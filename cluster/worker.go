@@ -116,18 +116,27 @@ func (w *Worker) Start() error {
 	w.started = true
 	registered := w.heartbeat()
 	w.wg.Add(1)
+	ctx, cancel := context.WithCancel(context.Background()) // the TLS probes', ended by Stop
+	go func() {
+		<-w.stop
+		cancel()
+	}()
 	go func() {
 		defer w.wg.Done()
-		if !registered {
-			// A worker that cannot reach any server may have a TLS setting that
-			// differs from theirs: say so once, loudly.
-			for _, addr := range w.cfg.Servers[:min(len(w.cfg.Servers), 3)] {
-				if err := tlsMismatch(addr, w.cfg.TLS); err != nil {
-					w.cfg.Log.Error("kjob worker: cannot register: TLS differs from the server's; this worker gets no dispatches", "worker", w.cfg.ID, "err", err)
-					break
-				}
+		// A worker that cannot register may have a TLS setting that differs
+		// from the servers': it looks (once a server is reachable) and says so,
+		// loudly, once.
+		probed := false
+		probe := func() {
+			if registered || probed {
+				return
+			}
+			var err error
+			if err, probed = probeTLS(ctx, w.cfg.Servers, w.cfg.TLS); err != nil {
+				w.cfg.Log.Error("kjob worker: cannot register: TLS differs from the server's; this worker gets no dispatches", "worker", w.cfg.ID, "err", err)
 			}
 		}
+		probe()
 		every := nscore.HeartbeatMs * time.Millisecond
 		t := time.NewTimer(every)
 		defer t.Stop()
@@ -145,6 +154,7 @@ func (w *Worker) Start() error {
 				return
 			case <-t.C:
 				registered = w.heartbeat()
+				probe()
 			}
 		}
 	}()

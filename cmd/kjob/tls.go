@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -38,12 +40,15 @@ func tlsCmd() *cobra.Command {
 		Long: `Makes a cluster's certificate authority and one certificate it signed, usable by
 servers, clients and workers alike. Give every endpoint ca.pem and a certificate
 (this one, or one of its own from "kjob tls issue"), and keep ca-key.pem off the
-machines: whoever holds it can make members of the cluster.`,
+machines: whoever holds it can make members of the cluster. Copy single files out
+of --dir, never the directory. Use a CA for this cluster alone: every certificate
+the CA file admits is a member.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkDays(days); err != nil {
 				return err
 			}
-			if err := os.MkdirAll(dir, 0o755); err != nil {
+			// Only its owner reads it: it holds the CA's key.
+			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return invalid("dir", "%v", err)
 			}
 			if err := notThere(dir, "ca.pem", "ca-key.pem", "kjob.pem", "kjob-key.pem"); err != nil {
@@ -85,7 +90,7 @@ machines: whoever holds it can make members of the cluster.`,
 			}
 			ca, err := cluster.ParseCA(certPEM, keyPEM)
 			if err != nil {
-				return err
+				return invalid("dir", "ca.pem and ca-key.pem: %v", err)
 			}
 			if err := notThere(dir, name+".pem", name+"-key.pem"); err != nil {
 				return err
@@ -123,7 +128,12 @@ func issueTo(ca *cluster.CA, dir, name, hosts string, days int) error {
 	if err := writeNew(cert, certPEM, 0o644); err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s and %s\nuse: --tls-ca %s --tls-cert %s --tls-key %s\n", cert, key,
+	leaf, _ := pem.Decode(certPEM)
+	until := "?"
+	if c, err := x509.ParseCertificate(leaf.Bytes); err == nil {
+		until = c.NotAfter.UTC().Format(time.RFC3339)
+	}
+	fmt.Printf("wrote %s (valid until %s) and %s\nuse: --tls-ca %s --tls-cert %s --tls-key %s\n", cert, until, key,
 		filepath.Join(dir, "ca.pem"), cert, key)
 	return nil
 }

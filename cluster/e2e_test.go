@@ -363,3 +363,29 @@ func TestGiveUpKeepsTheLastError(t *testing.T) {
 		t.Fatalf("Create against a closed node: %v, want the deadline and the node's address", err)
 	}
 }
+
+// TestTraceIDsDifferAcrossNodes: two nodes (or two starts of one) give the first
+// run of a shard of the same name different trace ids. The core's randomness is
+// seeded for the simulator; unseeded, every node drew the same sequence, and a
+// tracing backend merged unrelated runs into one trace.
+func TestTraceIDsDifferAcrossNodes(t *testing.T) {
+	var traces []string
+	for i := 0; i < 2; i++ {
+		e := start(t, "")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if _, err := e.client.Create(ctx, once(10)); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		waitFor(t, 10*time.Second, "the run", func() bool { return e.rec.n.Load() == 1 })
+		e.rec.mu.Lock()
+		for _, runs := range e.rec.byJob {
+			traces = append(traces, runs[0].Traceparent)
+		}
+		e.rec.mu.Unlock()
+		e.stop()
+	}
+	if len(traces) != 2 || traces[0] == "" || traces[0] == traces[1] {
+		t.Fatalf("first runs' trace ids on two nodes: %q; want two different ones", traces)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -383,6 +384,13 @@ func (n *Node) newCore(s route.Shard, epoch int64) *shardcore.Core {
 	cfg.Shard = s
 	cfg.ArmMs = msSetting(n.cfg.ArmMs, shardcore.DefaultArmMs)
 	cfg.LazySyncMs = msSetting(n.cfg.LazySyncMs, shardcore.DefaultLazySyncMs)
+	if cfg.Seed == 0 {
+		// The core's randomness (trace ids, random routing) is seeded for the
+		// simulator's sake; left at 0, every node and every restart would draw
+		// the same trace ids for a shard of the same name, and a tracing backend
+		// would merge unrelated runs into one trace.
+		cfg.Seed = rand.Uint64() | 1
+	}
 	if p := n.cfg.AppPolicies[s.App]; p != nil {
 		cfg.AppPolicy = p
 	}

@@ -217,12 +217,14 @@ type Wheel struct {
 	occupied [numSlots / 64]uint64 // bit b%64 of word b/64: bucket b non-empty
 	l1sum    uint64                // bit j: occupied[1+j] != 0 (level 1's words)
 
-	// The buckets, by index: level 0, level 1 (in pages allocated when
-	// first used, so that a small wheel stays small), then the levels
-	// above, overdue and firing.
+	// The buckets, by index: level 0, level 1 and the levels above (in
+	// pages allocated when first used, so that a small wheel stays small:
+	// a shard has three wheels, and a node may host thousands of shards),
+	// then overdue and firing.
 	low  [64]bucket
 	l1   [l1Pages]*[64]bucket
-	high [numBuckets - l2Base]bucket
+	high [(numSlots - l2Base) / 64]*[64]bucket // levels 2 and up, a page a level
+	tail [numBuckets - numSlots]bucket         // overdue and firing
 
 	// moved maps the positions of the level-1 slot cascaded last onto the
 	// positions its entries took in level 0, for the entries the cascade
@@ -248,8 +250,15 @@ func (w *Wheel) bucket(b int32) *bucket {
 			w.l1[(b-64)>>6] = pg
 		}
 		return &pg[(b-64)&63]
+	case b < numSlots:
+		pg := w.high[(b-l2Base)>>6]
+		if pg == nil {
+			pg = new([64]bucket)
+			w.high[(b-l2Base)>>6] = pg
+		}
+		return &pg[(b-l2Base)&63]
 	}
-	return &w.high[b-l2Base]
+	return &w.tail[b-numSlots]
 }
 
 // key maps a due time onto the unsigned key space, preserving order.
@@ -261,8 +270,7 @@ func unkey(k uint64) int64 { return int64(k ^ signBit) }
 // New returns an empty wheel whose clock starts at nowMs.
 func New(nowMs int64) *Wheel {
 	return &Wheel{
-		chunks:  []*[chunkLen]entry{new([chunkLen]entry)},
-		size:    1,
+		size:    1, // the slab's first chunk comes with the first entry
 		now:     nowMs,
 		elapsed: key(nowMs),
 		firing:  noBucket,
@@ -332,7 +340,7 @@ func (w *Wheel) alloc() int32 {
 		return i
 	}
 	i := w.size
-	if i&chunkMask == 0 {
+	if int(i>>chunkBits) == len(w.chunks) {
 		w.chunks = append(w.chunks, new([chunkLen]entry))
 	}
 	w.size++

@@ -37,6 +37,11 @@ import (
 const (
 	coldParams = 28   // params bytes kept inline (the slot is then 72 bytes)
 	coldChunk  = 4096 // slots per chunk (288 KiB)
+	// coldFirst is the slots a store's first chunk starts with: it doubles as it
+	// fills, up to coldChunk, so that a shard with a few jobs (a small app; a node
+	// may host thousands of shards) holds a few KiB, not 288. Later chunks are
+	// made whole (and prefaulted).
+	coldFirst = 32
 
 	coldDelay = 1 << 0 // the schedule is a delay (next - created); else at_ms (= next)
 )
@@ -58,10 +63,8 @@ type coldJob struct {
 	params  [coldParams]byte
 }
 
-type coldChunkData [coldChunk]coldJob
-
 type coldChunkT struct {
-	slots  *coldChunkData
+	slots  []coldJob // len = cap: coldChunk, or less for a first chunk still growing
 	live   int32
 	free   int32 // index+1 of the first free slot below high; 0 = none
 	high   int32 // slots ever used (those above are free and zero)
@@ -100,9 +103,9 @@ func (s *coldStore) at(ref uint32) *coldJob {
 func (s *coldStore) mut(ref uint32) *coldJob {
 	ch := &s.chunks[ref>>12]
 	if ch.shared {
-		cp := new(coldChunkData)
-		prefault(unsafe.Pointer(cp), unsafe.Sizeof(*cp))
-		*cp = *ch.slots
+		cp := make([]coldJob, len(ch.slots))
+		prefault(unsafe.Pointer(unsafe.SliceData(cp)), uintptr(len(cp))*unsafe.Sizeof(cp[0]))
+		copy(cp, ch.slots)
 		ch.slots, ch.shared = cp, false
 	}
 	return &ch.slots[ref&(coldChunk-1)]
@@ -129,6 +132,13 @@ func (s *coldStore) put(cj coldJob) bool {
 		ch.free = int32(ch.slots[slot].next)
 	} else {
 		slot = ch.high
+		if int(slot) == len(ch.slots) {
+			// A first chunk still growing: double it. A view sharing the old
+			// slots keeps them, as after a copy on write.
+			grown := make([]coldJob, min(2*len(ch.slots), coldChunk))
+			copy(grown, ch.slots)
+			ch.slots, ch.shared = grown, false
+		}
 		ch.high++
 	}
 	ch.live++
@@ -157,9 +167,12 @@ func (s *coldStore) chunkWithRoom() int32 {
 		ci = int32(len(s.chunks))
 		s.chunks = append(s.chunks, coldChunkT{})
 	}
-	slots := new(coldChunkData)
+	var slots []coldJob
 	if len(s.chunks) > 1 { // a store past its first chunk (prefault.go)
-		prefault(unsafe.Pointer(slots), unsafe.Sizeof(*slots))
+		slots = make([]coldJob, coldChunk)
+		prefault(unsafe.Pointer(unsafe.SliceData(slots)), uintptr(len(slots))*unsafe.Sizeof(slots[0]))
+	} else {
+		slots = make([]coldJob, coldFirst)
 	}
 	s.chunks[ci] = coldChunkT{slots: slots}
 	s.avail = append(s.avail, ci)
@@ -253,7 +266,7 @@ func coldMessage(dst *messages.Job, sched *messages.Schedule, cj *coldJob, app s
 // coldView is the compact jobs as a snapshot view holds them: the chunks shared
 // copy-on-write with the core, and the handler names up to then.
 type coldView struct {
-	chunks   []*coldChunkData
+	chunks   [][]coldJob
 	handlers []string
 	n        int
 }

@@ -336,3 +336,51 @@ func TestLoadSnapshotKeepsAFixedDelayJobWaitingForItsRun(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotViewWhileTheFirstChunkGrows: a shard's compact jobs start in a small
+// chunk that doubles as it fills (coldFirst), and a view taken before it grows
+// encodes the jobs as they were, on another goroutine, while deletes free slots
+// in it and creates fill them and grow the chunk past several doublings.
+func TestSnapshotViewWhileTheFirstChunkGrows(t *testing.T) {
+	c := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}}, 1000, 1)
+	e := &fakeEnv{}
+	c.Open(e)
+	c.Durable(e.lsn, nil, e)
+	id := int64(0)
+	create := func(n int) {
+		for range n {
+			id++
+			c.Handle(1000, client, &messages.CreateJob{Job: onceJob(id, 3_600_000)}, e)
+		}
+		c.Durable(e.lsn, nil, e)
+	}
+	create(coldFirst - 3)
+	if c.cold.len() != coldFirst-3 || len(c.cold.chunks) != 1 || len(c.cold.chunks[0].slots) != coldFirst {
+		t.Fatalf("setup: %d compact jobs in %d chunks of %d slots; want them in one first chunk of %d",
+			c.cold.len(), len(c.cold.chunks), len(c.cold.chunks[0].slots), coldFirst)
+	}
+	want := c.Snapshot()
+	v := c.SnapshotView()
+	encoded := make(chan []byte)
+	go func() { encoded <- v.Encode() }()
+	for k := int64(1); k <= 9; k++ { // slots the view shares: copied before the write
+		c.Handle(1000, client, &messages.DeleteJob{App: "app", Id: k * 3}, e)
+	}
+	c.Durable(e.lsn, nil, e)
+	create(5 * coldFirst) // into the freed slots, then growing the chunk
+	if got := len(c.cold.chunks[0].slots); got < 4*coldFirst {
+		t.Fatalf("the first chunk has %d slots after %d creates: it did not grow", got, c.cold.len())
+	}
+	if got := <-encoded; !bytes.Equal(got, want) {
+		t.Fatal("the view's encoding changed with the creates and deletes after it was taken")
+	}
+	// The state after loads back as it is.
+	now := c.Snapshot()
+	back := New(Config{Shard: route.Root("app"), Self: &messages.Ref{Address: "s", Id: "shard"}}, 1000, 1)
+	if err := back.LoadSnapshot(now, e.lsn); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(back.Snapshot(), now) || back.cold.len() != c.cold.len() {
+		t.Fatalf("loaded back: %d compact jobs, want %d", back.cold.len(), c.cold.len())
+	}
+}

@@ -135,6 +135,7 @@ type Core struct {
 	lastWasSplit bool // the last order was a split: a wanted move goes next
 	maxWorkers   int  // MaxWorkers (tests lower it)
 	maxSubs      int  // MaxSubscribers (tests lower it)
+	maxRoutes    int  // MaxRoutes (tests lower it)
 }
 
 // New starts an empty NameServer at nowMs.
@@ -145,7 +146,7 @@ func New(nowMs int64, s Strategy) *Core {
 	return &Core{started: nowMs, strategy: s, servers: map[string]*server{}, gone: map[string]int64{}, workers: map[string]*worker{},
 		routes: map[string]*messages.RouteEntry{}, leases: map[int64]*lease{}, subs: map[string]int64{},
 		subRefs: map[string]*messages.Ref{}, pending: map[string]pendingAssign{}, moves: map[string]*move{}, version: nowMs,
-		split: SplitPolicy{Workers: DefaultSplitWorkers, Fires: DefaultSplitFires}, maxWorkers: MaxWorkers, maxSubs: MaxSubscribers}
+		split: SplitPolicy{Workers: DefaultSplitWorkers, Fires: DefaultSplitFires}, maxWorkers: MaxWorkers, maxSubs: MaxSubscribers, maxRoutes: MaxRoutes}
 }
 
 // SetSelf names this NameServer instance (stamped on its tables, so a server can
@@ -668,6 +669,9 @@ func (c *Core) LastSplitReason() string { return c.lastSplitWhy }
 // else the shard with the most fires in the window above Fires. The shard's owner
 // must be alive and report it active (not frozen) at the route's epoch.
 func (c *Core) splitCandidate(nowMs int64) (shard, why string, ok bool) {
+	if c.routesPlanned() >= c.maxRoutes {
+		return "", "", false // a split routes one shard more (see GetRoutes)
+	}
 	active := map[string]*messages.ShardLoad{}
 	for id, s := range c.servers {
 		if !s.alive {
@@ -725,6 +729,11 @@ func (c *Core) splitCandidate(nowMs int64) (shard, why string, ok bool) {
 	}
 	return "", "", false
 }
+
+// routesPlanned is the shards routed, or about to be: the routes, the new apps'
+// shards assigned and not yet reported, and one more for each move in flight (a
+// split's halves replace one shard with two).
+func (c *Core) routesPlanned() int { return len(c.routes) + len(c.pending) + len(c.moves) }
 
 // Table returns the route table (for app, or all when app is ""), optionally with workers.
 func (c *Core) Table(app string, withWorkers bool) *messages.RouteTable {
@@ -793,6 +802,13 @@ func (c *Core) GetRoutes(nowMs int64, m *messages.GetRoutes, from *messages.Ref,
 		}
 		if sh, srv := c.reportedShard(m.App); sh != "" {
 			t.Error = kerr.New(messages.Code_UNAVAILABLE, "", "app %q has no active route: its shard %s on %s is being handed off", m.App, sh, srv)
+			return t
+		}
+		if n := c.routesPlanned(); n >= c.maxRoutes {
+			// Every shard is in every route table and in its server's heartbeat,
+			// which carry at most MaxRoutes: one more would break them.
+			t.Error = kerr.New(messages.Code_RESOURCE_EXHAUSTED, "app", "cannot place app %q: the cluster routes %d shards, "+
+				"the limit is %d (an app's shards stay routed for as long as a server holds them)", m.App, n, c.maxRoutes)
 			return t
 		}
 		root := route.Root(m.App).String()

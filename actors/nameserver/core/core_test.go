@@ -628,3 +628,38 @@ func TestOpeningShardHoldsItsAppForAFreshNameServer(t *testing.T) {
 		t.Fatalf("after ShardOpened: status of a:1 %v, pending %v", st.Servers[0], c.pending)
 	}
 }
+
+// TestRoutesBounded: the NameServer routes at most maxRoutes shards (MaxRoutes:
+// every route is in every table and in its server's heartbeat, which carry at most
+// that many). A new app past it is refused, RESOURCE_EXHAUSTED naming app and the
+// limit, with nothing assigned; a shard over the split thresholds is not split
+// (two halves for one); below the limit both go on.
+func TestRoutesBounded(t *testing.T) {
+	env := &sendLog{}
+	c := New(0, nil)
+	c.maxRoutes = 3
+	c.SetSplit(SplitPolicy{Fires: 1000, Workers: -1})
+	c.ServerHeartbeat(0, hb("a:1", load("hot/0/0", 1, 5000, "a:1")), env)
+	now := int64(MoveCooldownMs + WarmupMs + 1)
+	if tb := c.GetRoutes(now, &messages.GetRoutes{App: "a2", Ensure: true}, nil, env); env.assigns() != 1 || tb.Error.GetCode() != messages.Code_UNAVAILABLE {
+		t.Fatalf("a 2nd app under the limit: %v, %d assigns", tb.Error, env.assigns())
+	}
+	// Reported: two routes, and one move in flight would make three.
+	c.ServerHeartbeat(now, hb("a:1", load("hot/0/0", 1, 5000, "a:1"), load("a2/0/0", 1, 0, "a:1")), env)
+	if tb := c.GetRoutes(now, &messages.GetRoutes{App: "a3", Ensure: true}, nil, env); env.assigns() != 2 {
+		t.Fatalf("a 3rd app at the limit's edge: %v, %d assigns", tb.Error, env.assigns())
+	}
+	tb := c.GetRoutes(now, &messages.GetRoutes{App: "a4", Ensure: true}, nil, env)
+	if e := tb.Error; e.GetCode() != messages.Code_RESOURCE_EXHAUSTED || e.GetField() != "app" || !strings.Contains(e.GetMessage(), "limit is 3") || env.assigns() != 2 {
+		t.Fatalf("a 4th app past a limit of 3: %v, %d assigns", e, env.assigns())
+	}
+	c.Tick(now, env)
+	if mv := moves(env); len(mv) != 0 {
+		t.Fatalf("a split at the limit: %v", mv)
+	}
+	c.maxRoutes = 4
+	c.Tick(now+1, env)
+	if mv := moves(env); len(mv) != 1 || !mv[0].Split || mv[0].Shard != "hot/0/0" {
+		t.Fatalf("under the limit again: moves %v, want the split of hot/0/0", mv)
+	}
+}

@@ -983,6 +983,7 @@ func (c *Core) flushPush(nowMs int64, env Env) {
 		return
 	}
 	c.version++
+	routesChanged := c.dirty
 	c.dirty, c.workersDirty = false, false
 	full := c.Table("", true)
 	full.Complete = c.Complete(nowMs)
@@ -1001,7 +1002,11 @@ func (c *Core) flushPush(nowMs int64, env Env) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	if len(keys) > 0 {
+	// Subscribers (clients) get the routes without the workers: a change of
+	// workers alone (a worker joined, left or moved) has nothing new for them, and
+	// in a rolling deploy of an app's workers it would push them the whole table
+	// twice a worker.
+	if len(keys) > 0 && routesChanged {
 		lite := c.Table("", false)
 		lite.Complete = full.Complete
 		for _, k := range keys {

@@ -352,3 +352,35 @@ func TestNameServerBoundsWorkersAndSubscribers(t *testing.T) {
 		t.Fatalf("a known subscriber renewing at the limit: %v", err)
 	}
 }
+
+// TestSubscribersGetRouteChangesOnly: a subscriber (a client, which routes without
+// the workers) is pushed the table when routes change, not when only workers do;
+// the servers get both.
+func TestSubscribersGetRouteChangesOnly(t *testing.T) {
+	c, e := nsAuditCore(t) // server a:1 holding shop/0/0, worker w1, subscriber c:1
+	tables := func() (servers, subs int) {
+		for _, s := range e.sent {
+			if _, ok := s.m.(*messages.RouteTable); ok {
+				if s.to.GetAddress() == "c:1" {
+					subs++
+				} else {
+					servers++
+				}
+			}
+		}
+		e.sent = nil
+		return
+	}
+	now := int64(nsAuditNowMs)
+	if err := c.WorkerHeartbeat(now, &messages.WorkerHeartbeat{Worker: goodWorker("w2")}, e); err != nil {
+		t.Fatal(err)
+	}
+	if srv, subs := tables(); srv != 1 || subs != 0 {
+		t.Fatalf("a worker joined: %d tables to servers, %d to subscribers; want 1 and 0", srv, subs)
+	}
+	c.ServerHeartbeat(now, hb("a:1", &messages.ShardLoad{Shard: "shop/0/0", Epoch: 1, Pid: &messages.Ref{Address: "a:1", Id: "shard-shop/0/0"}},
+		&messages.ShardLoad{Shard: "mail/0/0", Epoch: 1, Pid: &messages.Ref{Address: "a:1", Id: "shard-mail/0/0"}}), e)
+	if srv, subs := tables(); srv != 1 || subs != 1 {
+		t.Fatalf("a shard appeared: %d tables to servers, %d to subscribers; want 1 and 1", srv, subs)
+	}
+}

@@ -125,9 +125,11 @@
 // and the list of spent entries holds 4 bytes for each entry fired and not
 // reused yet (given back once it empties, if it grew past 16 KiB).
 // Slot arrays follow the pending entries: a slot emptied by firing or
-// cascading gives a large array back. Fixed state is about 56 KiB per wheel,
-// plus up to 256 KiB for level 1, allocated 4 KiB (64 slots) at a time as
-// it is used, plus the level-1 cascade's position array: 4 bytes per
+// cascading gives a large array back. Fixed state is about 5.5 KiB per wheel
+// (a shard has three, and a node may host thousands of shards), plus the
+// slab's first 16 KiB chunk at the first entry, plus the pages of level 1
+// (up to 256 KiB) and of each level above (4 KiB), allocated 4 KiB (64
+// slots) at a time as they are used, plus the level-1 cascade's position array: 4 bytes per
 // element of the level-1 slot cascaded last, kept up to 16 KiB, and given
 // back once level 0 is empty if larger.
 //

@@ -22,6 +22,13 @@ func (w *Wheel) check() error {
 			b += 63 // the whole page is empty
 			continue
 		}
+		if b >= l2Base && b < numSlots && w.high[(b-l2Base)>>6] == nil {
+			if w.occupied[b>>6] != 0 {
+				return fmt.Errorf("level-%d word %d occupied without a page", levelOfBucket(b), b>>6)
+			}
+			b += 63
+			continue
+		}
 		bk := w.bucket(b)
 		if bk.head != 0 {
 			return fmt.Errorf("bucket %d: head %d outside Advance", b, bk.head)

@@ -194,6 +194,9 @@ func (s *coldStore) take(id int64) (coldJob, bool) {
 	if ch.live == 0 { // an empty chunk is given back
 		s.chunks[ci] = coldChunkT{}
 		s.holes = append(s.holes, ci)
+		if s.idx.n == 0 { // the store is empty: it starts again small (coldFirst)
+			s.chunks, s.avail, s.holes = nil, nil, nil
+		}
 	} else {
 		*s.mut(ref) = coldJob{next: int64(ch.free)}
 		ch.free = slot + 1

@@ -20,9 +20,9 @@ import (
 // same memory, only taken in one go. The contents are untouched (fresh pages are
 // zero, a page already present stays as it is).
 //
-// Only chunks of a store that is already large get it: a small shard's first
-// chunk is mostly empty, and faulting it all in would make every small app pay
-// 288 KiB of resident memory for a few jobs.
+// Only chunks of a store that is already large get it: a store's first chunk
+// starts at coldFirst slots and grows as it fills (compact.go), so a small app
+// pays a few KiB for a few jobs.
 
 var pageBytes = uintptr(os.Getpagesize())
 

@@ -177,11 +177,14 @@ func (c *Client) renew() {
 	defer c.wg.Done()
 	t := time.NewTicker(leaseRenewEvery)
 	defer t.Stop()
+	expiry := &expiryWarner{t: c.cfg.TLS, log: c.log, what: "client"}
+	expiry.check(time.Now())
 	for {
 		select {
 		case <-c.stop:
 			return
-		case <-t.C:
+		case now := <-t.C:
+			expiry.check(now)
 			ctx, cancel := context.WithTimeout(context.Background(), leaseRenewEvery)
 			if err := c.lease(ctx); err != nil {
 				c.log.Warn("renew snowflake node lease", "err", err)

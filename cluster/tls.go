@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -508,4 +509,29 @@ func probeTLS(ctx context.Context, servers []string, t *TLS) (mismatch error, kn
 
 func tlsHint(format string, args ...any) error {
 	return &kerr.Error{Code: messages.Code_UNAVAILABLE, Field: "tls", Message: fmt.Sprintf(format, args...)}
+}
+
+// TLSExpiryWarning is how long before its certificate expires an endpoint says
+// so in its log (a client's or a worker's, which no node's metric covers).
+const TLSExpiryWarning = 14 * 24 * time.Hour
+
+// expiryWarner logs, at most once a day, that t's certificate expires within
+// TLSExpiryWarning (or has expired).
+type expiryWarner struct {
+	t    *TLS
+	log  *slog.Logger
+	what string // "client", "worker …"
+	last time.Time
+}
+
+func (w *expiryWarner) check(now time.Time) {
+	if w == nil || w.t == nil || now.Sub(w.last) < 24*time.Hour {
+		return
+	}
+	leaf := w.t.Leaf()
+	if left := leaf.NotAfter.Sub(now); left < TLSExpiryWarning {
+		w.last = now
+		w.log.Warn("kjob tls: this endpoint's certificate expires soon: renew its file (it is reread within a second)",
+			"endpoint", w.what, "subject", leaf.Subject.CommonName, "not_after", leaf.NotAfter.UTC().Format(time.RFC3339), "left", left.Round(time.Minute))
+	}
 }

@@ -1,8 +1,11 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -61,4 +64,45 @@ func TestTLSProbeTellsNothingOfAPeerThatHangsUp(t *testing.T) {
 		}
 		ln.Close()
 	}
+}
+
+// TestExpiryWarner: a client's or worker's certificate that expires within
+// TLSExpiryWarning is said in its log, once a day; one further out is not.
+func TestExpiryWarner(t *testing.T) {
+	ca, err := NewCA("ca", 365*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(validity time.Duration) *TLS {
+		c, k, err := ca.Issue("w", nil, validity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl, err := NewTLS(ca.CertPEM(), c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tl
+	}
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	now := time.Now()
+	far := &expiryWarner{t: mk(30 * 24 * time.Hour), log: log, what: "client"}
+	far.check(now)
+	if buf.Len() != 0 {
+		t.Fatalf("a certificate 30 days from expiry: %s", buf.String())
+	}
+	soon := &expiryWarner{t: mk(48 * time.Hour), log: log, what: "worker w1"}
+	soon.check(now)
+	soon.check(now.Add(time.Hour))
+	if n := strings.Count(buf.String(), "expires soon"); n != 1 || !strings.Contains(buf.String(), "worker w1") {
+		t.Fatalf("a certificate 2 days from expiry, checked twice in an hour: %d warnings: %s", n, buf.String())
+	}
+	soon.check(now.Add(25 * time.Hour))
+	if n := strings.Count(buf.String(), "expires soon"); n != 2 {
+		t.Fatalf("a day later: %d warnings, want 2", n)
+	}
+	var none *expiryWarner
+	none.check(now)                                                // no TLS: nothing
+	(&expiryWarner{log: log}).check(now.Add(100 * 24 * time.Hour)) // nil TLS: nothing
 }

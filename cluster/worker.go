@@ -137,6 +137,8 @@ func (w *Worker) Start() error {
 			}
 		}
 		probe()
+		expiry := &expiryWarner{t: w.cfg.TLS, log: w.cfg.Log, what: "worker " + w.cfg.ID}
+		expiry.check(time.Now())
 		every := nscore.HeartbeatMs * time.Millisecond
 		t := time.NewTimer(every)
 		defer t.Stop()
@@ -152,9 +154,10 @@ func (w *Worker) Start() error {
 			select {
 			case <-w.stop:
 				return
-			case <-t.C:
+			case now := <-t.C:
 				registered = w.heartbeat()
 				probe()
+				expiry.check(now)
 			}
 		}
 	}()

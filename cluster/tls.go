@@ -77,6 +77,13 @@ type TLSFiles struct {
 // Configured says whether any file is named.
 func (f TLSFiles) Configured() bool { return f.CA != "" || f.Cert != "" || f.Key != "" }
 
+// tlsFile is one of TLSFiles with the field its errors name.
+type tlsFile struct{ field, path string }
+
+func (f TLSFiles) files() [3]tlsFile {
+	return [3]tlsFile{{"tls-ca", f.CA}, {"tls-cert", f.Cert}, {"tls-key", f.Key}}
+}
+
 // LoadTLS reads f. It wants all three files or none (nil, nil); its errors are
 // INVALID_ARGUMENT naming the field (tls-ca, tls-cert, tls-key). The files are
 // reread when they change (TLSReloadEvery).
@@ -84,7 +91,7 @@ func LoadTLS(f TLSFiles) (*TLS, error) {
 	if !f.Configured() {
 		return nil, nil
 	}
-	for _, p := range []struct{ field, path string }{{"tls-ca", f.CA}, {"tls-cert", f.Cert}, {"tls-key", f.Key}} {
+	for _, p := range f.files() {
 		if p.path == "" {
 			return nil, tlsErr(p.field, "is required with the other TLS files (tls-ca, tls-cert, tls-key)")
 		}
@@ -103,19 +110,13 @@ func loadMaterial(f TLSFiles) (*tlsMaterial, error) {
 	if err != nil {
 		return nil, err
 	}
-	caPEM, err := os.ReadFile(f.CA)
-	if err != nil {
-		return nil, tlsErr("tls-ca", err.Error())
+	var pems [3][]byte
+	for i, p := range f.files() {
+		if pems[i], err = os.ReadFile(p.path); err != nil {
+			return nil, tlsErr(p.field, err.Error())
+		}
 	}
-	certPEM, err := os.ReadFile(f.Cert)
-	if err != nil {
-		return nil, tlsErr("tls-cert", err.Error())
-	}
-	keyPEM, err := os.ReadFile(f.Key)
-	if err != nil {
-		return nil, tlsErr("tls-key", err.Error())
-	}
-	m, err := parseMaterial(caPEM, certPEM, keyPEM)
+	m, err := parseMaterial(pems[0], pems[1], pems[2])
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +125,7 @@ func loadMaterial(f TLSFiles) (*tlsMaterial, error) {
 }
 
 func stampFiles(f TLSFiles) (st [3]fileStamp, err error) {
-	for i, p := range []struct{ field, path string }{{"tls-ca", f.CA}, {"tls-cert", f.Cert}, {"tls-key", f.Key}} {
+	for i, p := range f.files() {
 		fi, err := os.Stat(p.path)
 		if err != nil {
 			return st, tlsErr(p.field, err.Error())
@@ -158,14 +159,16 @@ func parseMaterial(caPEM, certPEM, keyPEM []byte) (*tlsMaterial, error) {
 	if err != nil {
 		return nil, tlsErr("tls-key", fmt.Sprintf("is not tls-cert's key: %v", err))
 	}
-	if cert.Leaf == nil {
-		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+	chain := make([]*x509.Certificate, len(cert.Certificate))
+	for i, der := range cert.Certificate {
+		if chain[i], err = x509.ParseCertificate(der); err != nil {
 			return nil, tlsErr("tls-cert", err.Error())
 		}
 	}
+	cert.Leaf = chain[0]
 	// An endpoint whose own certificate its CA did not sign would be refused by
 	// every peer, each of them logging a failed handshake: say so at the start.
-	if err := verifyChain(roots, cert.Certificate, time.Now()); err != nil {
+	if err := verifyChain(roots, chain, time.Now()); err != nil {
 		return nil, tlsErr("tls-cert", fmt.Sprintf("is not valid under tls-ca: %v", err))
 	}
 	return &tlsMaterial{cert: cert, roots: roots}, nil
@@ -179,11 +182,7 @@ func newTLS(m *tlsMaterial, files TLSFiles) *TLS {
 		if len(cs.PeerCertificates) == 0 {
 			return errors.New("kjob tls: the peer presented no certificate")
 		}
-		raw := make([][]byte, len(cs.PeerCertificates))
-		for i, c := range cs.PeerCertificates {
-			raw[i] = c.Raw
-		}
-		return verifyChain(t.material().roots, raw, time.Now())
+		return verifyChain(t.material().roots, cs.PeerCertificates, time.Now())
 	}
 	t.server = &tls.Config{
 		MinVersion: tls.VersionTLS13,
@@ -242,21 +241,14 @@ func (t *TLS) ReloadErr() error {
 	return nil
 }
 
-// verifyChain checks that chain (leaf first, DER) leads to one of roots.
-func verifyChain(roots *x509.CertPool, chain [][]byte, now time.Time) error {
-	certs := make([]*x509.Certificate, len(chain))
-	for i, der := range chain {
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			return fmt.Errorf("kjob tls: parse the peer's certificate: %w", err)
-		}
-		certs[i] = c
-	}
+// verifyChain checks that chain (leaf first; a handshake's peer certificates,
+// parsed already) leads to one of roots.
+func verifyChain(roots *x509.CertPool, chain []*x509.Certificate, now time.Time) error {
 	inter := x509.NewCertPool()
-	for _, c := range certs[1:] {
+	for _, c := range chain[1:] {
 		inter.AddCert(c)
 	}
-	_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now,
+	_, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
 	return err
 }

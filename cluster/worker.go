@@ -59,6 +59,8 @@ type Worker struct {
 	wg       sync.WaitGroup
 	next     int
 	started  bool
+	// cancelProbe ends a TLS probe of the heartbeat loop (Start) at Stop.
+	cancelProbe context.CancelFunc
 }
 
 // NewWorker makes a worker for cfg.App.
@@ -116,11 +118,8 @@ func (w *Worker) Start() error {
 	w.started = true
 	registered := w.heartbeat()
 	w.wg.Add(1)
-	ctx, cancel := context.WithCancel(context.Background()) // the TLS probes', ended by Stop
-	go func() {
-		<-w.stop
-		cancel()
-	}()
+	ctx, cancel := context.WithCancel(context.Background()) // the TLS probes'
+	w.cancelProbe = cancel
 	go func() {
 		defer w.wg.Done()
 		// A worker that cannot register may have a TLS setting that differs
@@ -223,6 +222,7 @@ func (w *Worker) Stop() {
 	default:
 		close(w.stop)
 	}
+	w.cancelProbe()
 	w.wg.Wait()
 	addr := w.cfg.Servers[w.next%len(w.cfg.Servers)]
 	w.system.Root.Send(actor.NewPID(addr, server.Name), &messages.WorkerLeft{WorkerId: w.cfg.ID, App: w.cfg.App})

@@ -35,7 +35,7 @@ func tlsCmd() *cobra.Command {
 	c := &cobra.Command{Use: "tls", Short: "make a CA and certificates for a cluster's mutual TLS (--tls-ca, --tls-cert, --tls-key)"}
 	var dir, hosts string
 	var days int
-	init := &cobra.Command{Use: "init", Args: cobra.NoArgs,
+	initCmd := &cobra.Command{Use: "init", Args: cobra.NoArgs,
 		Short: "make a CA (ca.pem, ca-key.pem) and a first certificate (kjob.pem, kjob-key.pem) in --dir",
 		Long: `Makes a cluster's certificate authority and one certificate it signed, usable by
 servers, clients and workers alike. Give every endpoint ca.pem and a certificate
@@ -98,12 +98,12 @@ the CA file admits is a member.`,
 			return issueTo(ca, dir, name, hosts, days)
 		}}
 	issue.Flags().String("name", "", "the certificate's name: its files are NAME.pem and NAME-key.pem (required)")
-	for _, sub := range []*cobra.Command{init, issue} {
+	for _, sub := range []*cobra.Command{initCmd, issue} {
 		sub.Flags().StringVar(&dir, "dir", "kjob-tls", "directory of the CA's files")
 		sub.Flags().StringVar(&hosts, "hosts", "localhost,127.0.0.1,::1", "comma-separated host names and IP addresses the certificate names, for HTTPS clients of the admin API that check them (the cluster's own connections check only the CA's signature)")
 		sub.Flags().IntVar(&days, "days", 365, "days the certificate is valid (at most the CA's 10 years)")
 	}
-	c.AddCommand(init, issue)
+	c.AddCommand(initCmd, issue)
 	return c
 }
 

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
@@ -176,6 +177,78 @@ type BenchFire struct {
 	JournalSync      *BenchDist `json:"journal_sync,omitempty"`
 	JournalSlowSyncs int        `json:"journal_syncs_over_5ms"`
 	JournalSyncCut   bool       `json:"journal_syncs_cut,omitempty"` // more syncs than kept: some are missing
+	// Process is what this process (load generator, client, worker and, embedded,
+	// the node) did from the first due until the last fire: the garbage collector's
+	// cycles and pauses, what was allocated, and page faults (a first touch of a page
+	// here costs about 13 µs, and faults contend with the journal's msyncs).
+	Process *BenchProcess `json:"process,omitempty"`
+}
+
+// BenchProcess is the process's runtime figures over a window.
+type BenchProcess struct {
+	Seconds        float64 `json:"seconds"`
+	CPUSeconds     float64 `json:"cpu_seconds"`
+	AllocBytes     uint64  `json:"alloc_bytes"`
+	GCCycles       uint64  `json:"gc_cycles"`
+	GCPauseMs      float64 `json:"gc_pause_ms"` // stop-the-world time, summed
+	MinorFaults    int64   `json:"minor_faults"`
+	MajorFaults    int64   `json:"major_faults"`
+	HeapStartBytes uint64  `json:"heap_start_bytes"` // live and unswept heap objects at the start
+	HeapEndBytes   uint64  `json:"heap_end_bytes"`
+}
+
+// processMark is a point to measure a BenchProcess from.
+type processMark struct {
+	at                  time.Time
+	cpu                 time.Duration
+	minflt, majflt      int64
+	alloc, cycles, heap uint64
+	pauseNs             float64
+}
+
+var processMetrics = []string{"/gc/heap/allocs:bytes", "/gc/cycles/total:gc-cycles", "/sched/pauses/total/gc:seconds", "/memory/classes/heap/objects:bytes"}
+
+func markProcess() processMark {
+	m := processMark{at: time.Now()}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		m.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		m.minflt, m.majflt = ru.Minflt, ru.Majflt
+	}
+	ss := make([]metrics.Sample, len(processMetrics))
+	for i, n := range processMetrics {
+		ss[i].Name = n
+	}
+	metrics.Read(ss)
+	if ss[0].Value.Kind() == metrics.KindUint64 {
+		m.alloc = ss[0].Value.Uint64()
+	}
+	if ss[1].Value.Kind() == metrics.KindUint64 {
+		m.cycles = ss[1].Value.Uint64()
+	}
+	if ss[2].Value.Kind() == metrics.KindFloat64Histogram {
+		h := ss[2].Value.Float64Histogram()
+		for i, c := range h.Counts {
+			// A bucket's lower bound stands for its pauses (the first may be -Inf).
+			lo := h.Buckets[i]
+			if math.IsInf(lo, -1) {
+				lo = 0
+			}
+			m.pauseNs += float64(c) * lo * 1e9
+		}
+	}
+	if ss[3].Value.Kind() == metrics.KindUint64 {
+		m.heap = ss[3].Value.Uint64()
+	}
+	return m
+}
+
+// since is the window from m to now.
+func (m processMark) since() *BenchProcess {
+	e := markProcess()
+	return &BenchProcess{Seconds: e.at.Sub(m.at).Seconds(), CPUSeconds: (e.cpu - m.cpu).Seconds(),
+		AllocBytes: e.alloc - m.alloc, GCCycles: e.cycles - m.cycles, GCPauseMs: (e.pauseNs - m.pauseNs) / 1e6,
+		MinorFaults: e.minflt - m.minflt, MajorFaults: e.majflt - m.majflt, HeapStartBytes: m.heap, HeapEndBytes: e.heap}
 }
 
 // benchSlowSync is the sync time the fire report counts as slow: the default arming
@@ -835,6 +908,19 @@ func benchFire(ctx context.Context, o benchOpts, e *benchEnv) (*BenchFire, error
 	if err != nil {
 		return nil, err
 	}
+	// The process's figures from the first due (the creates are all acknowledged
+	// well before it) until the last fire.
+	var start processMark
+	if wait := time.Until(time.UnixMilli(firstDue)); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+	start = markProcess()
 	// Fires already done count toward the bar from its start.
 	p = startBenchProgress(o.progress, "fire: wait", n)
 	rec.p.Store(p)
@@ -846,6 +932,7 @@ func benchFire(ctx context.Context, o benchOpts, e *benchEnv) (*BenchFire, error
 		}
 	}
 	windowEnd := time.Now()
+	proc := start.since()
 	time.Sleep(200 * time.Millisecond) // a duplicate would show up now
 	rec.p.Store(nil)
 	p.finish()
@@ -854,7 +941,8 @@ func benchFire(ctx context.Context, o benchOpts, e *benchEnv) (*BenchFire, error
 	}
 	res := &BenchFire{N: n, OfferedPerSec: float64(o.fireRate), WindowSeconds: float64(dueMs(n-1)-firstDue) / 1000,
 		CreatePerSec: float64(n-cerrs) / createEl.Seconds(), Fired: int(rec.fired.Load()),
-		Duplicates: int(rec.dups.Load()), Early: int(rec.early.Load()), Retried: int(rec.retried.Load()), CreateErrors: cerrs}
+		Duplicates: int(rec.dups.Load()), Early: int(rec.early.Load()), Retried: int(rec.retried.Load()), CreateErrors: cerrs,
+		Process: proc}
 	var lates, starts, shardLates, deliveries []int64
 	for i := range n {
 		if ack[i] > dueMs(i)*int64(time.Millisecond) {
@@ -1263,6 +1351,10 @@ func printBench(w io.Writer, r *BenchReport) {
 			}
 			row(s, "  the journal's msyncs in the window p50 / p99 / max", fmt.Sprintf("%.2f / %.2f / %.2f ms (%d syncs, %d over %s%s)",
 				j.P50Ms, j.P99Ms, j.MaxMs, j.N, f.JournalSlowSyncs, benchSlowSync, cut))
+		}
+		if p := f.Process; p != nil && f.Fired > 0 {
+			row(s, "  this process meanwhile: GC cycles, their pauses; allocated a fire; page faults", fmt.Sprintf("%d, %.1f ms; %s B; %d minor, %d major (%.1f s, %.2f cores busy)",
+				p.GCCycles, p.GCPauseMs, benchNum(float64(p.AllocBytes)/float64(f.Fired)), p.MinorFaults, p.MajorFaults, p.Seconds, p.CPUSeconds/max(p.Seconds, 1e-9)))
 		}
 		row(s, "fires/s sustained (peak 1 s)", fmt.Sprintf("%s (%s)", benchNum(f.FiresPerSec), benchNum(f.FiresPerSecMax)))
 		row(s, "fired / missing / duplicate / early / retried", fmt.Sprintf("%d / %d / %d / %d / %d", f.Fired, f.Missing, f.Duplicates, f.Early, f.Retried))

@@ -81,6 +81,12 @@ func TestBenchShort(t *testing.T) {
 		f.JournalSlowSyncs > j.N || f.JournalSyncCut {
 		t.Errorf("fire: the journal's syncs in the window %+v (%d slow, cut %v)", j, f.JournalSlowSyncs, f.JournalSyncCut)
 	}
+	// The process's figures over the window: it took time and CPU, and the fires
+	// allocated (each makes a dispatch, a result and records at the least).
+	if p := f.Process; p == nil || p.Seconds <= 0 || p.CPUSeconds <= 0 || p.AllocBytes < uint64(shortFireN)*100 ||
+		p.MinorFaults < 0 || p.MajorFaults < 0 || p.GCPauseMs < 0 || p.HeapEndBytes == 0 {
+		t.Errorf("fire: the process over the window %+v", p)
+	}
 	b, err := os.ReadFile(late)
 	if err != nil {
 		t.Fatal(err)

@@ -216,10 +216,11 @@ func (v *server) shardConfig(sh route.Shard) shardcore.Config {
 	return shardcore.Config{
 		Shard: sh, Self: v.shardRef(sh.String()),
 		DefaultAttempts: simAttempts, DefaultLadderMs: simLadderMs, DefaultTimeout: simTimeoutMs, GraceMs: simGraceMs,
-		Seed:       v.s.cfg.Seed,
-		Mutations:  v.s.cfg.Mutations,
-		ArmMs:      v.s.cfg.ArmMs,
-		LazySyncMs: v.s.cfg.LazySyncMs,
+		Seed:        v.s.cfg.Seed,
+		Mutations:   v.s.cfg.Mutations,
+		ArmMs:       v.s.cfg.ArmMs,
+		LazySyncMs:  v.s.cfg.LazySyncMs,
+		CheckCaches: true,
 	}
 }
 

@@ -165,6 +165,10 @@ type Config struct {
 	LazySyncMs int64
 	// Mutations switched on by simulator tests to prove the invariants catch bugs.
 	Mutations Mutations
+	// CheckCaches: check what the shard keeps to save work (the outbox's earliest
+	// armed due) against a recount at every use, panicking on a difference. For
+	// the simulator and tests: it costs the work the cache saves.
+	CheckCaches bool
 }
 
 // Mutations are deliberate bugs, for tests only.
@@ -375,6 +379,7 @@ type Core struct {
 	appended  uint64
 	durable   uint64
 	outbox    []outMsg
+	obArmed   outboxArmedMin // the earliest due of the outbox's armed dispatches, kept between scans (armed.go)
 	armedOut  heldDispatches // armed dispatches, durable, waiting for their due (armed.go)
 	waitsNow  bool           // a message queued since the last flush waits for the journal and may not wait lazily (mayWait)
 	parked    []parkedCmd    // commands waiting for a job's armed run to go (armed.go)
@@ -559,16 +564,7 @@ func (c *Core) emit(t messages.RecordType, m proto.Message) {
 	// (two records a fire, each garbage once appended): a growth leaves the
 	// records before it in the old array, which they keep alive until Append.
 	n := len(c.pendBuf)
-	b, ok := c.pendBuf, false
-	if j, isJob := m.(*messages.Job); isJob && t == messages.RecordType_JOB_PUT {
-		b, ok = appendJobFast(b, j)
-	}
-	if !ok {
-		var err error
-		if b, err = (proto.MarshalOptions{}).MarshalAppend(b, m); err != nil {
-			panic(fmt.Sprintf("shard: marshal %T: %v", m, err)) // generated types always marshal
-		}
-	}
+	b := appendFastOr(c.pendBuf, m)
 	c.pendBuf = b
 	c.pending = append(c.pending, persistence.Entry{Stream: c.stream, Type: uint8(t), Payload: b[n:len(b):len(b)]})
 	c.pendingT, c.pendingM = append(c.pendingT, t), append(c.pendingM, m)
@@ -712,6 +708,7 @@ func (c *Core) fail(err error) {
 		c.failed = fmt.Errorf("shard %s: journal failed, shard stopped: %w", c.cfg.Shard, err)
 	}
 	c.outbox = nil
+	c.obArmed = outboxArmedMin{}
 	c.armedOut = heldDispatches{}
 }
 
@@ -723,6 +720,7 @@ func (c *Core) send(to *messages.Ref, m proto.Message) {
 	}
 	o := outMsg{lsn: c.appended, to: to, m: m, step: len(c.pending) > 0}
 	c.outbox = append(c.outbox, o)
+	c.obArmed.sent(c, o)
 	if !c.waitsNow && (o.step || o.lsn > c.durable) && !c.mayWait(o) {
 		c.waitsNow = true
 	}
@@ -761,6 +759,9 @@ func (c *Core) release(env Env) {
 			continue
 		}
 		env.Send(o.to, o.m)
+	}
+	if i > 0 {
+		c.obArmed.valid = false // (what went may have been the earliest)
 	}
 	n := copy(c.outbox, c.outbox[i:])
 	clear(c.outbox[n:])

@@ -149,14 +149,21 @@ func packOf(buf []byte, j *job) []byte {
 	return buf
 }
 
+// appendMessage appends m as field num of a message: its tag, its length, its
+// bytes (appendFastOr's). The length is written after the bytes, in the one byte
+// kept for it when it fits (below 128), else moved up to make room.
 func appendMessage(buf []byte, num protowire.Number, m proto.Message) []byte {
 	buf = protowire.AppendTag(buf, num, protowire.BytesType)
-	buf = protowire.AppendVarint(buf, uint64(proto.Size(m)))
-	buf, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(buf, m)
-	if err != nil {
-		panic(fmt.Sprintf("shard: marshal packed job: %v", err))
+	at := len(buf)
+	buf = appendFastOr(append(buf, 0), m)
+	n := len(buf) - at - 1
+	if n < 0x80 {
+		buf[at] = byte(n)
+		return buf
 	}
-	return buf
+	var l [10]byte // (a varint of 64 bits)
+	lb := protowire.AppendVarint(l[:0], uint64(n))
+	return slices.Replace(buf, at, at+1, lb...)
 }
 
 // unpack decodes a packed job's message and history.

@@ -54,7 +54,17 @@ type fireRun struct {
 	// its record is durable: a sync longer than the 5 ms arming lead makes fires late).
 	JournalSync      *dist `json:"journal_sync,omitempty"`
 	JournalSlowSyncs int   `json:"journal_syncs_over_5ms"`
-	samples          []int64
+	// kjob only: its process over the fire window (kjob bench's fire.process).
+	Process *struct {
+		Seconds     float64 `json:"seconds"`
+		CPUSeconds  float64 `json:"cpu_seconds"`
+		AllocBytes  float64 `json:"alloc_bytes"`
+		GCCycles    int     `json:"gc_cycles"`
+		GCPauseMs   float64 `json:"gc_pause_ms"`
+		MinorFaults int64   `json:"minor_faults"`
+		MajorFaults int64   `json:"major_faults"`
+	} `json:"process,omitempty"`
+	samples []int64
 }
 
 // asynqPayload is the job index and its due time (unix ns), padded to at least

@@ -726,6 +726,10 @@ func markdown(c config, r *results) string {
 		w("| fire | the journal's msyncs while the fires were due (each fire's record must be durable before it goes; a shard journals it 5 ms ahead): p50 / p99 / max, and those over 5 ms | %s / %s / %s (%s of %s) |\n",
 			fmtMs(j.P50Ms), fmtMs(j.P99Ms), fmtMs(j.MaxMs), fmtNum(float64(kf.JournalSlowSyncs)), fmtNum(float64(j.N)))
 	}
+	if p := kf.Process; p != nil && kf.Fired > 0 && p.Seconds > 0 {
+		w("| fire | the kjob bench process (load generator, client, node, worker) while the fires were due: cores busy; allocated a fire; GC cycles and their summed pauses; page faults minor / major | %.2f; %s B; %d, %s; %s / %s |\n",
+			p.CPUSeconds/p.Seconds, fmtNum(p.AllocBytes/float64(kf.Fired)), p.GCCycles, fmtMs(p.GCPauseMs), fmtNum(float64(p.MinorFaults)), fmtNum(float64(p.MajorFaults)))
+	}
 	w("| memory | VmRSS per pending one-shot job at %s jobs (anon + file-backed journal pages) | %.0f B (%.0f + %.0f) |\n", fmtNum(float64(mm.Pending)), mm.BytesPerJob, mm.AnonBytesPerJob, mm.FileBytesPerJob)
 	w("| memory | Go heap per pending job | %.0f B |\n", mm.HeapBytesPerJob)
 

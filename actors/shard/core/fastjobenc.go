@@ -32,9 +32,9 @@ func appendJobFast(b []byte, j *messages.Job) ([]byte, bool) {
 	if p := j.Policy; p != nil && !utf8.ValidString(p.RouteKey) {
 		return b, false
 	}
-	b = appendVarintField(b, 1, uint64(j.Id))
-	b = appendStringField(b, 2, j.App)
-	b = appendStringField(b, 3, j.Handler)
+	b = messages.AppendVarintField(b, 1, uint64(j.Id))
+	b = messages.AppendStringField(b, 2, j.App)
+	b = messages.AppendStringField(b, 3, j.Handler)
 	if len(j.Params) > 0 {
 		b = protowire.AppendBytes(protowire.AppendTag(b, 4, protowire.BytesType), j.Params)
 	}
@@ -49,67 +49,37 @@ func appendJobFast(b []byte, j *messages.Job) ([]byte, bool) {
 			panic("shard: marshal a job's policy: " + err.Error()) // generated types always marshal
 		}
 	}
-	b = appendVarintField(b, 7, uint64(int64(j.State)))
-	b = appendVarintField(b, 8, uint64(j.Version))
-	b = appendVarintField(b, 9, uint64(j.CreatedMs))
-	b = appendVarintField(b, 10, uint64(j.UpdatedMs))
-	b = appendVarintField(b, 11, uint64(j.NextDueMs))
-	b = appendVarintField(b, 12, uint64(j.Runs))
-	b = appendVarintField(b, 13, uint64(j.LastDueMs))
-	b = appendVarintField(b, 14, uint64(j.LastFinishMs))
-	b = appendVarintField(b, 15, uint64(j.RequestId))
+	b = messages.AppendVarintField(b, 7, uint64(int64(j.State)))
+	b = messages.AppendVarintField(b, 8, uint64(j.Version))
+	b = messages.AppendVarintField(b, 9, uint64(j.CreatedMs))
+	b = messages.AppendVarintField(b, 10, uint64(j.UpdatedMs))
+	b = messages.AppendVarintField(b, 11, uint64(j.NextDueMs))
+	b = messages.AppendVarintField(b, 12, uint64(j.Runs))
+	b = messages.AppendVarintField(b, 13, uint64(j.LastDueMs))
+	b = messages.AppendVarintField(b, 14, uint64(j.LastFinishMs))
+	b = messages.AppendVarintField(b, 15, uint64(j.RequestId))
 	return b, true
 }
 
 func appendSchedule(b []byte, s *messages.Schedule) []byte {
-	b = appendVarintField(b, 1, uint64(int64(s.Kind)))
-	b = appendVarintField(b, 2, uint64(s.AtMs))
-	b = appendVarintField(b, 3, uint64(s.DelayMs))
-	b = appendStringField(b, 4, s.Cron)
-	b = appendStringField(b, 5, s.Tz)
-	b = appendVarintField(b, 6, uint64(s.EveryMs))
-	b = appendVarintField(b, 7, uint64(s.StartMs))
-	b = appendVarintField(b, 8, uint64(s.NotBeforeMs))
-	b = appendVarintField(b, 9, uint64(s.NotAfterMs))
-	return appendVarintField(b, 10, uint64(s.MaxRuns))
+	b = messages.AppendVarintField(b, 1, uint64(int64(s.Kind)))
+	b = messages.AppendVarintField(b, 2, uint64(s.AtMs))
+	b = messages.AppendVarintField(b, 3, uint64(s.DelayMs))
+	b = messages.AppendStringField(b, 4, s.Cron)
+	b = messages.AppendStringField(b, 5, s.Tz)
+	b = messages.AppendVarintField(b, 6, uint64(s.EveryMs))
+	b = messages.AppendVarintField(b, 7, uint64(s.StartMs))
+	b = messages.AppendVarintField(b, 8, uint64(s.NotBeforeMs))
+	b = messages.AppendVarintField(b, 9, uint64(s.NotAfterMs))
+	return messages.AppendVarintField(b, 10, uint64(s.MaxRuns))
 }
 
 // scheduleSize is the length of appendSchedule's bytes for s.
 func scheduleSize(s *messages.Schedule) int {
-	return varintFieldSize(uint64(int64(s.Kind))) + varintFieldSize(uint64(s.AtMs)) + varintFieldSize(uint64(s.DelayMs)) +
-		stringFieldSize(s.Cron) + stringFieldSize(s.Tz) + varintFieldSize(uint64(s.EveryMs)) +
-		varintFieldSize(uint64(s.StartMs)) + varintFieldSize(uint64(s.NotBeforeMs)) +
-		varintFieldSize(uint64(s.NotAfterMs)) + varintFieldSize(uint64(s.MaxRuns))
-}
-
-// appendVarintField appends field num (below 16: a one-byte tag) as a varint,
-// unless v is zero, as proto3 does.
-func appendVarintField(b []byte, num protowire.Number, v uint64) []byte {
-	if v == 0 {
-		return b
-	}
-	return protowire.AppendVarint(append(b, byte(num)<<3|byte(protowire.VarintType)), v)
-}
-
-func appendStringField(b []byte, num protowire.Number, v string) []byte {
-	if v == "" {
-		return b
-	}
-	return protowire.AppendString(append(b, byte(num)<<3|byte(protowire.BytesType)), v)
-}
-
-func varintFieldSize(v uint64) int {
-	if v == 0 {
-		return 0
-	}
-	return 1 + protowire.SizeVarint(v)
-}
-
-func stringFieldSize(v string) int {
-	if v == "" {
-		return 0
-	}
-	return 1 + protowire.SizeBytes(len(v))
+	return messages.VarintFieldSize(uint64(int64(s.Kind))) + messages.VarintFieldSize(uint64(s.AtMs)) + messages.VarintFieldSize(uint64(s.DelayMs)) +
+		messages.StringFieldSize(s.Cron) + messages.StringFieldSize(s.Tz) + messages.VarintFieldSize(uint64(s.EveryMs)) +
+		messages.VarintFieldSize(uint64(s.StartMs)) + messages.VarintFieldSize(uint64(s.NotBeforeMs)) +
+		messages.VarintFieldSize(uint64(s.NotAfterMs)) + messages.VarintFieldSize(uint64(s.MaxRuns))
 }
 
 // runRecordFieldsKnown reports whether messages.RunRecord has exactly the fields
@@ -130,21 +100,21 @@ func appendRunRecordFast(b []byte, r *messages.RunRecord) ([]byte, bool) {
 		!utf8.ValidString(r.WorkerId) || !utf8.ValidString(r.Error) || !utf8.ValidString(r.TraceId) {
 		return b, false
 	}
-	b = appendStringField(b, 1, r.RunId)
-	b = appendVarintField(b, 2, uint64(r.JobId))
-	b = appendVarintField(b, 3, uint64(r.DueMs))
-	b = appendVarintField(b, 4, uint64(r.DispatchedMs))
-	b = appendVarintField(b, 5, uint64(r.StartMs))
-	b = appendVarintField(b, 6, uint64(r.EndMs))
-	b = appendVarintField(b, 7, uint64(int64(r.Attempt)))
-	b = appendStringField(b, 8, r.WorkerId)
-	b = appendVarintField(b, 9, uint64(int64(r.Outcome)))
-	b = appendStringField(b, 10, r.Error)
-	b = appendStringField(b, 11, r.TraceId)
+	b = messages.AppendStringField(b, 1, r.RunId)
+	b = messages.AppendVarintField(b, 2, uint64(r.JobId))
+	b = messages.AppendVarintField(b, 3, uint64(r.DueMs))
+	b = messages.AppendVarintField(b, 4, uint64(r.DispatchedMs))
+	b = messages.AppendVarintField(b, 5, uint64(r.StartMs))
+	b = messages.AppendVarintField(b, 6, uint64(r.EndMs))
+	b = messages.AppendVarintField(b, 7, uint64(int64(r.Attempt)))
+	b = messages.AppendStringField(b, 8, r.WorkerId)
+	b = messages.AppendVarintField(b, 9, uint64(int64(r.Outcome)))
+	b = messages.AppendStringField(b, 10, r.Error)
+	b = messages.AppendStringField(b, 11, r.TraceId)
 	if r.SetsNext {
-		b = appendVarintField(b, 12, 1)
+		b = messages.AppendVarintField(b, 12, 1)
 	}
-	return appendVarintField(b, 13, uint64(r.JobNextDueMs)), true
+	return messages.AppendVarintField(b, 13, uint64(r.JobNextDueMs)), true
 }
 
 // appendFastOr appends m's marshalled bytes: a job or a run record without

@@ -184,7 +184,10 @@ func (c *Core) forget(s uint32) {
 
 // store appends r's encoding to the arena.
 func (m *memory) store(r *messages.RunResult) (chunkSeq, off, n uint32) {
-	size := proto.Size(r)
+	size, fast := resultSize(r)
+	if !fast {
+		size = proto.Size(r)
+	}
 	if len(m.chunks) == 0 || cap(m.chunks[len(m.chunks)-1].buf)-len(m.chunks[len(m.chunks)-1].buf) < size {
 		var buf []byte
 		if size <= arenaChunkMax && m.chunkNext == arenaChunkMax && m.spare != nil {
@@ -198,6 +201,13 @@ func (m *memory) store(r *messages.RunResult) (chunkSeq, off, n uint32) {
 	}
 	ch := &m.chunks[len(m.chunks)-1]
 	start := len(ch.buf)
+	if fast {
+		ch.buf = appendResult(ch.buf, r)
+		if len(ch.buf)-start != size {
+			panic("worker core: a result's encoding is not the size computed for it")
+		}
+		return ch.seq, uint32(start), uint32(size)
+	}
 	opts := proto.MarshalOptions{UseCachedSize: true} // the size just computed
 	b, err := opts.MarshalAppend(ch.buf, r)
 	if err != nil {

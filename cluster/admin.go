@@ -240,6 +240,11 @@ func (a *admin) authenticated(h http.Handler) http.Handler {
 				Message: "this node runs with TLS: the admin API wants a client certificate signed by the cluster's CA (curl --cacert ca.pem --cert kjob.pem --key kjob-key.pem)"}})
 			return
 		}
+		if role, ok := RoleOf(r.TLS.PeerCertificates[0]); !ok || role == RoleWorker {
+			writeJSON(w, http.StatusForbidden, errorBody{Error: errorDetail{Code: "PERMISSION_DENIED", Field: "client certificate",
+				Message: fmt.Sprintf("a certificate with role %q may not use the admin API: use a client's (kjob tls issue --role client) or a server's", role)}})
+			return
+		}
 		h.ServeHTTP(w, r)
 	})
 }

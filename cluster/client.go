@@ -71,7 +71,10 @@ type Client struct {
 	wg       sync.WaitGroup
 }
 
-func newSystem(log *slog.Logger, listen string, level slog.Level, t *TLS) (*actor.ActorSystem, *remote.Remote, error) {
+func newSystem(log *slog.Logger, listen string, level slog.Level, t *TLS, kind endpointKind) (*actor.ActorSystem, *remote.Remote, error) {
+	if err := checkRole(t, kind); err != nil {
+		return nil, nil, err
+	}
 	if level == 0 {
 		level = slog.LevelWarn
 	}
@@ -83,7 +86,9 @@ func newSystem(log *slog.Logger, listen string, level slog.Level, t *TLS) (*acto
 		return nil, nil, err
 	}
 	sys := actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(actorLogger(log, level))))
-	r := remote.NewRemote(sys, remoteConfig(host, port, t))
+	g := &roleGuard{kind: kind}
+	g.log.Store(log)
+	r := remote.NewRemote(sys, remoteConfig(host, port, t, g))
 	var startErr error
 	func() {
 		defer func() {
@@ -105,7 +110,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	sys, rem, err := newSystem(cfg.Log, cfg.Listen, cfg.ActorLogLevel, cfg.TLS)
+	sys, rem, err := newSystem(cfg.Log, cfg.Listen, cfg.ActorLogLevel, cfg.TLS, kindClient)
 	if err != nil {
 		return nil, err
 	}

@@ -147,7 +147,10 @@ func newMetrics(n *Node) *nodeMetrics {
 			func() float64 { return float64(t.Leaf().NotAfter.Unix()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_tls_reload_failing",
 				Help: "1 while the node's TLS files, changed since they were last read, do not load (a certificate without its new key, say): the last good ones stay in use."},
-				func() float64 { return b2f(t.ReloadErr() != nil) }))
+				func() float64 { return b2f(t.ReloadErr() != nil) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kjob_tls_refused_total",
+				Help: "Streams and calls the node ended because the peer's certificate's role does not allow what it sent (a worker's sending a command, a client's registering as a worker): a misissued certificate, or a compromised host."},
+				func() float64 { return float64(n.guard.refused.Load()) }))
 	}
 	return m
 }

@@ -103,6 +103,7 @@ type Node struct {
 	system  *actor.ActorSystem
 	cl      *pcluster.Cluster
 	journal *persistence.Journal
+	guard   *roleGuard          // the peers' roles on the remote's listener (roles.go)
 	handed  server.HandedOnFile // the epochs shards were handed on at from here
 	server  *actor.PID
 	actor   *server.Actor
@@ -172,11 +173,14 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err := checkAppPolicies(cfg.AppPolicies); err != nil {
 		return nil, err
 	}
+	if err := checkRole(cfg.TLS, kindServer); err != nil {
+		return nil, err
+	}
 	host, port, err := splitHostPort(cfg.Listen)
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, stop: make(chan struct{}), log: cfg.Log, started: time.Now(),
+	n := &Node{cfg: cfg, stop: make(chan struct{}), log: cfg.Log, started: time.Now(), guard: &roleGuard{kind: kindServer},
 		handed: server.HandedOnFile(filepath.Join(cfg.DataDir, "handed-on.json"))}
 	n.metrics = newMetrics(n)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
@@ -218,7 +222,8 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}()
 
 	n.system = actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(actorLogger(cfg.Log, cfg.ActorLogLevel))))
-	rcfg := remoteConfig(host, port, cfg.TLS)
+	n.guard.log.Store(cfg.Log)
+	rcfg := remoteConfig(host, port, cfg.TLS, n.guard)
 	peers := cfg.Peers
 	if len(peers) == 0 {
 		peers = []string{cfg.Listen}

@@ -32,11 +32,11 @@ var recvBuffers = grpc.NewSharedBufferPool()
 
 // remoteConfig is the remote configuration of every kjob endpoint: with t, mutual
 // TLS on its listener and its dials (TLS), else plain connections.
-func remoteConfig(host string, port int, t *TLS) *remote.Config {
+func remoteConfig(host string, port int, t *TLS, g *roleGuard) *remote.Config {
 	serverOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.RecvBufferPool(recvBuffers)}
 	creds := insecure.NewCredentials()
 	if t != nil {
-		serverOpts = append(serverOpts, grpc.Creds(t.serverCreds()))
+		serverOpts = append(serverOpts, grpc.Creds(t.serverCreds()), grpc.StreamInterceptor(g.stream), grpc.UnaryInterceptor(g.unary))
 		creds = t.dialCreds()
 	}
 	return remote.Configure(host, port,

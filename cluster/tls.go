@@ -33,9 +33,10 @@ import (
 // take a dispatch as a worker, nor pose as a server.
 //
 // The CA is the cluster's identity: every certificate it signed is a member, in
-// any role. Host names are not checked, since clients and workers listen on
-// addresses nobody can list in advance; keep the CA's key off the machines and
-// issue each endpoint its own certificate (kjob tls issue).
+// the role it names (Role; without one, any). Host names are not checked, since
+// clients and workers listen on addresses nobody can list in advance; keep the
+// CA's key off the machines and issue each endpoint its own certificate (kjob tls
+// issue).
 type TLS struct {
 	server *tls.Config // the remote's listener, and the admin HTTP's
 	client *tls.Config // the remote's dials
@@ -363,11 +364,14 @@ func (ca *CA) KeyPEM() ([]byte, error) { return keyPEM(ca.Key) }
 
 // Issue makes a certificate for an endpoint named name, usable both as a TLS
 // server and a TLS client, with hosts (DNS names or IP addresses) as its subject
-// alternative names for HTTPS clients of the admin API that check them. It
-// returns the certificate's and the key's PEM.
-func (ca *CA) Issue(name string, hosts []string, validity time.Duration) (certPEM, keyPEMBytes []byte, err error) {
+// alternative names for HTTPS clients of the admin API that check them, and role
+// (Role: RoleAny for none). It returns the certificate's and the key's PEM.
+func (ca *CA) Issue(name string, hosts []string, validity time.Duration, role Role) (certPEM, keyPEMBytes []byte, err error) {
 	if name == "" {
 		return nil, nil, tlsErr("name", "is required")
+	}
+	if _, err := ParseRole(string(role)); err != nil {
+		return nil, nil, err
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -388,6 +392,9 @@ func (ca *CA) Issue(name string, hosts []string, validity time.Duration) (certPE
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	if role != RoleAny {
+		tmpl.Subject.OrganizationalUnit = []string{roleOU + string(role)}
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {

@@ -20,7 +20,7 @@ func TestTLSProbeTellsNothingOfAPeerThatHangsUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, k, err := ca.Issue("c", nil, time.Hour)
+	c, k, err := ca.Issue("c", nil, time.Hour, RoleAny)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestExpiryWarner(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func(validity time.Duration) *TLS {
-		c, k, err := ca.Issue("w", nil, validity)
+		c, k, err := ca.Issue("w", nil, validity, RoleAny)
 		if err != nil {
 			t.Fatal(err)
 		}

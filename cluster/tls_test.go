@@ -23,7 +23,7 @@ import (
 // issue makes an endpoint's TLS under ca.
 func issue(t *testing.T, ca *cluster.CA, name string) *cluster.TLS {
 	t.Helper()
-	cert, key, err := ca.Issue(name, []string{"127.0.0.1", "localhost"}, time.Hour)
+	cert, key, err := ca.Issue(name, []string{"127.0.0.1", "localhost"}, time.Hour, cluster.RoleAny)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestMutualTLS(t *testing.T) {
 	}
 	// An intruder that trusts the cluster's CA too, so that only the server's
 	// check of its certificate stops it.
-	ic, ik, err := other.Issue("intruder", nil, time.Hour)
+	ic, ik, err := other.Issue("intruder", nil, time.Hour, cluster.RoleAny)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,11 +200,11 @@ func TestLoadTLSErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, key, err := ca.Issue("node", nil, time.Hour)
+	cert, key, err := ca.Issue("node", nil, time.Hour, cluster.RoleAny)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, key2, err := ca.Issue("node2", nil, time.Hour)
+	_, key2, err := ca.Issue("node2", nil, time.Hour, cluster.RoleAny)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestLoadTLSErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2, k2, err := back.Issue("later", nil, time.Hour)
+	c2, k2, err := back.Issue("later", nil, time.Hour, cluster.RoleAny)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestTLSReload(t *testing.T) {
 		}
 	}
 	nodeCert := func(validity time.Duration) ([]byte, []byte) {
-		c, k, err := ca1.Issue("node", []string{"127.0.0.1"}, validity)
+		c, k, err := ca1.Issue("node", []string{"127.0.0.1"}, validity, cluster.RoleAny)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -310,7 +310,7 @@ func TestTLSReload(t *testing.T) {
 	}
 	defer n.Close()
 	// A client of the second CA that trusts both: only the node's CA file stops it.
-	ic, ik, err := ca2.Issue("newcomer", nil, time.Hour)
+	ic, ik, err := ca2.Issue("newcomer", nil, time.Hour, cluster.RoleAny)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +366,7 @@ func TestTLSReloadRollback(t *testing.T) {
 	}
 	dir := t.TempDir()
 	f := cluster.TLSFiles{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "node.pem"), Key: filepath.Join(dir, "node-key.pem")}
-	c, k, err := ca.Issue("node", nil, time.Hour)
+	c, k, err := ca.Issue("node", nil, time.Hour, cluster.RoleAny)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func TestTLSReloadRollback(t *testing.T) {
 	if err := os.Rename(f.Cert, f.Cert+".old"); err != nil {
 		t.Fatal(err)
 	}
-	c2, _, err := ca.Issue("node", nil, 2*time.Hour)
+	c2, _, err := ca.Issue("node", nil, 2*time.Hour, cluster.RoleAny)
 	if err != nil {
 		t.Fatal(err)
 	}

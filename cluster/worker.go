@@ -102,7 +102,7 @@ func (w *Worker) ID() string { return w.cfg.ID }
 
 // Start connects the worker and begins heartbeating; dispatches arrive from then on.
 func (w *Worker) Start() error {
-	sys, rem, err := newSystem(w.cfg.Log, w.cfg.Listen, w.cfg.ActorLogLevel, w.cfg.TLS)
+	sys, rem, err := newSystem(w.cfg.Log, w.cfg.Listen, w.cfg.ActorLogLevel, w.cfg.TLS, kindWorker)
 	if err != nil {
 		return err
 	}

@@ -68,7 +68,7 @@ the CA file admits is a member.`,
 			if err := writeNew(filepath.Join(dir, "ca.pem"), ca.CertPEM(), 0o644); err != nil {
 				return err
 			}
-			return issueTo(ca, dir, "kjob", hosts, days)
+			return issueTo(ca, dir, "kjob", hosts, days, cluster.RoleAny)
 		}}
 	issue := &cobra.Command{Use: "issue", Args: cobra.NoArgs,
 		Short: "make a certificate NAME.pem, NAME-key.pem signed by the CA in --dir",
@@ -92,12 +92,18 @@ the CA file admits is a member.`,
 			if err != nil {
 				return invalid("dir", "ca.pem and ca-key.pem: %v", err)
 			}
+			roleName, _ := cmd.Flags().GetString("role")
+			role, err := cluster.ParseRole(roleName)
+			if err != nil {
+				return err
+			}
 			if err := notThere(dir, name+".pem", name+"-key.pem"); err != nil {
 				return err
 			}
-			return issueTo(ca, dir, name, hosts, days)
+			return issueTo(ca, dir, name, hosts, days, role)
 		}}
 	issue.Flags().String("name", "", "the certificate's name: its files are NAME.pem and NAME-key.pem (required)")
+	issue.Flags().String("role", "", "what the certificate may do: client (commands and reads), worker (register, run jobs, report results) or server; none: anything, as a server's")
 	for _, sub := range []*cobra.Command{initCmd, issue} {
 		sub.Flags().StringVar(&dir, "dir", "kjob-tls", "directory of the CA's files")
 		sub.Flags().StringVar(&hosts, "hosts", "localhost,127.0.0.1,::1", "comma-separated host names and IP addresses the certificate names, for HTTPS clients of the admin API that check them (the cluster's own connections check only the CA's signature)")
@@ -116,8 +122,8 @@ func checkDays(days int) error {
 	return nil
 }
 
-func issueTo(ca *cluster.CA, dir, name, hosts string, days int) error {
-	certPEM, keyPEM, err := ca.Issue(name, splitList(hosts), time.Duration(days)*24*time.Hour)
+func issueTo(ca *cluster.CA, dir, name, hosts string, days int, role cluster.Role) error {
+	certPEM, keyPEM, err := ca.Issue(name, splitList(hosts), time.Duration(days)*24*time.Hour, role)
 	if err != nil {
 		return err
 	}

@@ -29,14 +29,17 @@ func TestTLSCluster(t *testing.T) {
 	}
 	bin := buildKjob(t)
 	dir := filepath.Join(t.TempDir(), "tls")
-	for _, args := range [][]string{{"tls", "init", "--dir", dir}, {"tls", "issue", "--dir", dir, "--name", "worker"},
-		{"tls", "issue", "--dir", dir, "--name", "cli"}} {
+	for _, args := range [][]string{{"tls", "init", "--dir", dir}, {"tls", "issue", "--dir", dir, "--name", "worker", "--role", "worker"},
+		{"tls", "issue", "--dir", dir, "--name", "cli", "--role", "client"}} {
 		if out, code := cli(bin, "127.0.0.1:1", args...); code != 0 {
 			t.Fatalf("kjob %v: exit %d %s", args, code, out)
 		}
 	}
 	if out, code := cli(bin, "127.0.0.1:1", "tls", "issue", "--dir", dir, "--name", "cli"); code != 4 || !strings.Contains(out, "not overwritten") {
 		t.Fatalf("issuing a name twice: exit %d %q, want 4 (already exists)", code, out)
+	}
+	if out, code := cli(bin, "127.0.0.1:1", "tls", "issue", "--dir", dir, "--name", "root", "--role", "root"); code != 2 || !strings.Contains(out, "role") {
+		t.Fatalf("issuing an unknown role: exit %d %q, want 2 naming the role", code, out)
 	}
 	if fi, err := os.Stat(filepath.Join(dir, "ca-key.pem")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("ca-key.pem: %v %v, want mode 0600", fi, err)
@@ -86,6 +89,11 @@ func TestTLSCluster(t *testing.T) {
 	st, err := c.Status(ctx)
 	if err != nil || len(st.Servers) != 2 {
 		t.Fatalf("status over TLS: %v, %v; want both servers", st, err)
+	}
+
+	// The CLI with the worker's certificate: a worker's may not send commands.
+	if out, code := cli(bin, addrs[0], append([]string{"job", "get", j.ID, "--app", "secure"}, files("worker")...)...); code != 2 || !strings.Contains(out, "tls-cert") {
+		t.Fatalf("the CLI with a worker's certificate: exit %d %q, want 2 naming tls-cert", code, out)
 	}
 
 	// The CLI without TLS: told why, well before its deadline.

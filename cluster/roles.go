@@ -1,0 +1,240 @@
+package cluster
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kjob/kjob/messages"
+)
+
+// Role is what a certificate lets its endpoint do in a cluster with mutual TLS.
+//
+// Without a role (RoleAny: a server's certificate, and every certificate issued
+// before roles) an endpoint is a member in any role, as TLS describes. A client's
+// certificate (kjob tls issue --role client) sends commands and reads, and
+// nothing a server or a worker sends: it cannot register as a worker (and so be
+// given jobs' params), report results, or pose as a server. A worker's (--role
+// worker) registers, heartbeats and reports its runs' results, and nothing else:
+// a host that runs business code cannot create, change or delete jobs, read
+// other apps' jobs, or replay dead letters. Clients and workers take messages
+// only from servers (a client's or worker's certificate cannot send them
+// dispatches or route tables), and the admin API's routes refuse a worker's
+// certificate.
+//
+// The role is the certificate's subject organizational unit "kjob-role=<role>".
+// A server refuses what a peer's role does not allow by ending its stream with
+// PERMISSION_DENIED (and logs it); an endpoint started with a certificate whose
+// role does not fit it (a client with a worker's) is refused at once, on tls-cert.
+type Role string
+
+const (
+	RoleAny    Role = ""
+	RoleServer Role = "server"
+	RoleClient Role = "client"
+	RoleWorker Role = "worker"
+)
+
+// roleOU is the prefix of the subject organizational unit that holds a role.
+const roleOU = "kjob-role="
+
+// ParseRole is the role named s ("" is RoleAny).
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case RoleAny, RoleServer, RoleClient, RoleWorker:
+		return r, nil
+	}
+	return "", tlsErr("role", fmt.Sprintf("%q is not a role: server, client or worker (none: any)", s))
+}
+
+// RoleOf is cert's role. A certificate with an unknown role, or two, has none
+// that a peer accepts: ok is false.
+func RoleOf(cert *x509.Certificate) (r Role, ok bool) {
+	found := false
+	for _, ou := range cert.Subject.OrganizationalUnit {
+		v, is := strings.CutPrefix(ou, roleOU)
+		if !is {
+			continue
+		}
+		pr, err := ParseRole(v)
+		if err != nil || pr == RoleAny || found {
+			return "", false
+		}
+		r, found = pr, true
+	}
+	return r, true
+}
+
+// endpointKind is what a remote serves: a node, a client or a worker.
+type endpointKind int
+
+const (
+	kindServer endpointKind = iota
+	kindClient
+	kindWorker
+)
+
+func (k endpointKind) String() string {
+	return [...]string{"a server", "a client", "a worker"}[k]
+}
+
+// fits says whether an endpoint of kind k may run with a certificate of role r.
+func (k endpointKind) fits(r Role) bool {
+	switch r {
+	case RoleAny, RoleServer:
+		return true
+	case RoleClient:
+		return k == kindClient
+	case RoleWorker:
+		return k == kindWorker
+	}
+	return false
+}
+
+// checkRole refuses t for an endpoint of kind k whose certificate's role does
+// not fit it.
+func checkRole(t *TLS, k endpointKind) error {
+	if t == nil {
+		return nil
+	}
+	r, ok := RoleOf(t.Leaf())
+	if !ok {
+		return tlsErr("tls-cert", fmt.Sprintf("has an organizational unit %q... that names no role, or two: a peer accepts nothing from it", roleOU))
+	}
+	if !k.fits(r) {
+		return tlsErr("tls-cert", fmt.Sprintf("is a %s certificate (role %s): it may not run %s", r, r, k))
+	}
+	return nil
+}
+
+// Messages a server takes from a peer with a client's or a worker's role (by
+// protobuf full name); a server's or a role-less peer's are all taken.
+var (
+	clientMessages = typeSet(&messages.CreateJob{}, &messages.CreateJobs{}, &messages.UpdateJob{}, &messages.DeleteJob{},
+		&messages.PauseJob{}, &messages.ResumeJob{}, &messages.TriggerJob{}, &messages.GetJob{}, &messages.ListJobs{},
+		&messages.GetRuns{}, &messages.GetRoutes{}, &messages.Subscribe{}, &messages.LeaseNode{}, &messages.ClusterStatus{},
+		&messages.ListDeadLetters{}, &messages.GetDeadLetter{}, &messages.ReplayDeadLetter{}, &messages.PurgeDeadLetters{},
+		&messages.Ping{})
+	workerMessages = typeSet(&messages.WorkerHeartbeat{}, &messages.WorkerLeft{}, &messages.RunResult{}, &messages.RunResults{})
+)
+
+func typeSet(ms ...proto.Message) map[string]bool {
+	s := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		s[string(proto.MessageName(m))] = true
+	}
+	return s
+}
+
+// allowed is the messages an endpoint of kind k takes from a peer of role r: nil
+// for all of them.
+func (k endpointKind) allowed(r Role) (set map[string]bool, all bool) {
+	if r == RoleAny || r == RoleServer {
+		return nil, true
+	}
+	if k != kindServer {
+		return map[string]bool{}, false // clients and workers hear from servers only
+	}
+	if r == RoleClient {
+		return clientMessages, false
+	}
+	return workerMessages, false
+}
+
+// roleGuard enforces the peers' roles on an endpoint's remote (gRPC) server.
+type roleGuard struct {
+	kind    endpointKind
+	log     atomic.Pointer[slog.Logger] // set once the endpoint has its logger
+	refused atomic.Int64                // streams and calls refused, for tests and metrics
+}
+
+// peerRole is the role of the certificate the peer of ctx presented; ok is false
+// for a certificate whose role is not one (refused like a role with no rights).
+func peerRole(ctx context.Context) (Role, bool) {
+	p, found := peer.FromContext(ctx)
+	if !found {
+		return RoleAny, true
+	}
+	ti, isTLS := p.AuthInfo.(credentials.TLSInfo)
+	if !isTLS || len(ti.State.PeerCertificates) == 0 {
+		return RoleAny, true // no TLS: no roles (and no identity) to enforce
+	}
+	return RoleOf(ti.State.PeerCertificates[0])
+}
+
+func (g *roleGuard) deny(ctx context.Context, r Role, what string) error {
+	g.refused.Add(1)
+	from := "?"
+	if p, ok := peer.FromContext(ctx); ok {
+		from = p.Addr.String()
+	}
+	if l := g.log.Load(); l != nil {
+		l.Warn("refused a peer's message: its certificate's role does not allow it", "peer", from, "role", string(r), "message", what)
+	}
+	return status.Errorf(codes.PermissionDenied, "kjob tls: %s refuses %s from a peer whose certificate has role %q", g.kind, what, r)
+}
+
+func (g *roleGuard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if r, ok := peerRole(ctx); !ok || (r != RoleAny && r != RoleServer) {
+		return nil, g.deny(ctx, r, info.FullMethod)
+	}
+	return h(ctx, req)
+}
+
+func (g *roleGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	r, ok := peerRole(ss.Context())
+	if !ok {
+		return g.deny(ss.Context(), r, info.FullMethod)
+	}
+	set, all := g.kind.allowed(r)
+	if all {
+		return h(srv, ss)
+	}
+	if len(set) == 0 {
+		return g.deny(ss.Context(), r, info.FullMethod)
+	}
+	return h(srv, &guardedStream{ServerStream: ss, g: g, role: r, set: set})
+}
+
+// guardedStream checks every batch a restricted peer sends before proto.actor's
+// endpoint reader sees it.
+type guardedStream struct {
+	grpc.ServerStream
+	g    *roleGuard
+	role Role
+	set  map[string]bool
+}
+
+func (s *guardedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	rm, ok := m.(*remote.RemoteMessage)
+	if !ok {
+		return s.g.deny(s.Context(), s.role, fmt.Sprintf("a %T", m))
+	}
+	b := rm.GetMessageBatch()
+	if b == nil {
+		return nil // connect and disconnect requests
+	}
+	for _, e := range b.Envelopes {
+		if e.TypeId < 0 || int(e.TypeId) >= len(b.TypeNames) {
+			return s.g.deny(s.Context(), s.role, fmt.Sprintf("an envelope with type %d of %d", e.TypeId, len(b.TypeNames)))
+		}
+		if name := b.TypeNames[e.TypeId]; !s.set[name] {
+			return s.g.deny(s.Context(), s.role, name)
+		}
+	}
+	return nil
+}

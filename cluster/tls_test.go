@@ -20,18 +20,10 @@ import (
 	"github.com/kjob/kjob/messages"
 )
 
-// issue makes an endpoint's TLS under ca.
+// issue makes an endpoint's TLS under ca, with no role.
 func issue(t *testing.T, ca *cluster.CA, name string) *cluster.TLS {
 	t.Helper()
-	cert, key, err := ca.Issue(name, []string{"127.0.0.1", "localhost"}, time.Hour, cluster.RoleAny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tl, err := cluster.NewTLS(ca.CertPEM(), cert, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tl
+	return issueRole(t, ca, name, cluster.RoleAny)
 }
 
 // TestMutualTLS: a node with TLS serves clients and workers whose certificates its

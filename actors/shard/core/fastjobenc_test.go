@@ -12,36 +12,44 @@ import (
 	"github.com/kjob/kjob/messages"
 )
 
+// randI64 is an int64 at its extremes as often as not: zero, negative, the
+// smallest and largest, small, any.
+func randI64(rng *rand.Rand) int64 {
+	switch rng.IntN(6) {
+	case 0:
+		return 0
+	case 1:
+		return -rng.Int64N(1 << 40)
+	case 2:
+		return math.MinInt64
+	case 3:
+		return math.MaxInt64
+	case 4:
+		return rng.Int64N(200)
+	}
+	return rng.Int64()
+}
+
+// randStr is a string: empty, multi-byte UTF-8, long (100 bytes and up to long
+// more: a two-byte length and, past 16,283, a three-byte one), or short.
+func randStr(rng *rand.Rand, long int) string {
+	switch rng.IntN(5) {
+	case 0:
+		return ""
+	case 1:
+		return "日本語-ü"
+	case 2:
+		return string(bytes.Repeat([]byte{'x'}, 100+rng.IntN(long)))
+	}
+	return "h" + string(rune('a'+rng.IntN(26)))
+}
+
 // randJobForEncode is a job with any of its fields set, at their extremes too
 // (negative ids and times, enum values the .proto does not name, long strings,
 // multi-byte UTF-8, empty but non-nil params, an empty schedule, a policy).
 func randJobForEncode(rng *rand.Rand) *messages.Job {
-	i64 := func() int64 {
-		switch rng.IntN(6) {
-		case 0:
-			return 0
-		case 1:
-			return -rng.Int64N(1 << 40)
-		case 2:
-			return math.MinInt64
-		case 3:
-			return math.MaxInt64
-		case 4:
-			return rng.Int64N(200)
-		}
-		return rng.Int64()
-	}
-	str := func() string {
-		switch rng.IntN(5) {
-		case 0:
-			return ""
-		case 1:
-			return "日本語-ü"
-		case 2:
-			return string(bytes.Repeat([]byte{'x'}, 100+rng.IntN(300))) // a two-byte length
-		}
-		return "h" + string(rune('a'+rng.IntN(26)))
-	}
+	i64 := func() int64 { return randI64(rng) }
+	str := func() string { return randStr(rng, 300) }
 	j := &messages.Job{Id: i64(), App: str(), Handler: str(), State: messages.JobState(rng.IntN(7) - 2),
 		Version: i64(), CreatedMs: i64(), UpdatedMs: i64(), NextDueMs: i64(), Runs: i64(), LastDueMs: i64(),
 		LastFinishMs: i64(), RequestId: i64()}

@@ -16,32 +16,8 @@ import (
 // (negative and extreme times, attempts and outcomes the .proto does not name,
 // long and multi-byte strings).
 func randRunRecord(rng *rand.Rand) *messages.RunRecord {
-	i64 := func() int64 {
-		switch rng.IntN(6) {
-		case 0:
-			return 0
-		case 1:
-			return -rng.Int64N(1 << 40)
-		case 2:
-			return math.MinInt64
-		case 3:
-			return math.MaxInt64
-		case 4:
-			return rng.Int64N(200)
-		}
-		return rng.Int64()
-	}
-	str := func() string {
-		switch rng.IntN(5) {
-		case 0:
-			return ""
-		case 1:
-			return "日本語-ü"
-		case 2:
-			return string(bytes.Repeat([]byte{'e'}, 100+rng.IntN(20000))) // a two- or three-byte length
-		}
-		return "r" + string(rune('a'+rng.IntN(26)))
-	}
+	i64 := func() int64 { return randI64(rng) }
+	str := func() string { return randStr(rng, 20000) }
 	i32 := []int32{0, 1, -1, math.MaxInt32, math.MinInt32, 3}
 	return &messages.RunRecord{RunId: str(), JobId: i64(), DueMs: i64(), DispatchedMs: i64(), StartMs: i64(),
 		EndMs: i64(), Attempt: i32[rng.IntN(len(i32))], WorkerId: str(), Outcome: messages.Outcome(i32[rng.IntN(len(i32))]),

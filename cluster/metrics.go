@@ -141,6 +141,12 @@ func newMetrics(n *Node) *nodeMetrics {
 			Help: "Bytes of torn tail the journal dropped when the node started."},
 			func() float64 { return float64(n.report.TruncatedBytes) }),
 	)
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kjob_remote_malformed_batches_total",
+		Help: "Peers' streams the node ended for a batch proto.actor cannot take (an index out of range, an unknown serializer): it would have stopped the process."},
+		func() float64 { return float64(n.guard.malformed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kjob_remote_unknown_messages_total",
+			Help: "Messages of a type this build does not know (a newer version's, during a rolling upgrade), dropped on arrival: the rest of their batch is delivered."},
+			func() float64 { return float64(n.guard.unknown.Load()) }))
 	if t := n.cfg.TLS; t != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kjob_tls_certificate_expiry_timestamp_seconds",
 			Help: "When the node's TLS certificate (--tls-cert) expires, in Unix seconds: renew the file before then (it is reread within a second of a change)."},

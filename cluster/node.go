@@ -222,6 +222,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}()
 
 	n.system = actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(actorLogger(cfg.Log, cfg.ActorLogLevel))))
+	n.guard.addr = n.system.Address
 	n.guard.log.Store(cfg.Log)
 	rcfg := remoteConfig(host, port, cfg.TLS, n.guard)
 	peers := cfg.Peers

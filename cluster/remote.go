@@ -31,12 +31,14 @@ const endpointQueueSize = 1 << 14
 var recvBuffers = grpc.NewSharedBufferPool()
 
 // remoteConfig is the remote configuration of every kjob endpoint: with t, mutual
-// TLS on its listener and its dials (TLS), else plain connections.
+// TLS on its listener and its dials (TLS), else plain connections; g checks what
+// peers send it (roles.go).
 func remoteConfig(host string, port int, t *TLS, g *roleGuard) *remote.Config {
 	serverOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.RecvBufferPool(recvBuffers)}
 	creds := insecure.NewCredentials()
+	serverOpts = append(serverOpts, grpc.StreamInterceptor(g.stream), grpc.UnaryInterceptor(g.unary))
 	if t != nil {
-		serverOpts = append(serverOpts, grpc.Creds(t.serverCreds()), grpc.StreamInterceptor(g.stream), grpc.UnaryInterceptor(g.unary))
+		serverOpts = append(serverOpts, grpc.Creds(t.serverCreds()))
 		creds = t.dialCreds()
 	}
 	return remote.Configure(host, port,

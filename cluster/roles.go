@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/kjob/kjob/messages"
 )
@@ -27,11 +29,14 @@ import (
 // nothing a server or a worker sends: it cannot register as a worker (and so be
 // given jobs' params), report results, or pose as a server. A worker's (--role
 // worker) registers, heartbeats and reports its runs' results, and nothing else:
-// a host that runs business code cannot create, change or delete jobs, read
-// other apps' jobs, or replay dead letters. Clients and workers take messages
-// only from servers (a client's or worker's certificate cannot send them
-// dispatches or route tables), and the admin API's routes refuse a worker's
-// certificate.
+// a host that runs business code cannot create, change, delete or read jobs, or
+// replay dead letters. A worker's certificate is not bound to an app: it may
+// register for any app (and be dispatched its jobs), as any worker id. Clients
+// and workers take messages only from servers (a client's or worker's
+// certificate cannot send them dispatches or route tables), a restricted peer's
+// messages must be for the server it sends them to (proto.actor would relay
+// others, with the server's certificate), and the admin API's routes refuse a
+// worker's certificate.
 //
 // The role is the certificate's subject organizational unit "kjob-role=<role>".
 // A server refuses what a peer's role does not allow by ending its stream with
@@ -63,9 +68,14 @@ func ParseRole(s string) (Role, error) {
 func RoleOf(cert *x509.Certificate) (r Role, ok bool) {
 	found := false
 	for _, ou := range cert.Subject.OrganizationalUnit {
+		if !strings.HasPrefix(strings.ToLower(strings.TrimSpace(ou)), roleOU[:len(roleOU)-1]) {
+			continue
+		}
+		// Spelled otherwise than kjob tls issue spells it ("KJOB-ROLE=client",
+		// " kjob-role=worker"): no role a peer takes, rather than none (any).
 		v, is := strings.CutPrefix(ou, roleOU)
 		if !is {
-			continue
+			return "", false
 		}
 		pr, err := ParseRole(v)
 		if err != nil || pr == RoleAny || found {
@@ -123,7 +133,7 @@ func checkRole(t *TLS, k endpointKind) error {
 var (
 	clientMessages = typeSet(&messages.CreateJob{}, &messages.CreateJobs{}, &messages.UpdateJob{}, &messages.DeleteJob{},
 		&messages.PauseJob{}, &messages.ResumeJob{}, &messages.TriggerJob{}, &messages.GetJob{}, &messages.ListJobs{},
-		&messages.GetRuns{}, &messages.GetRoutes{}, &messages.Subscribe{}, &messages.LeaseNode{}, &messages.ClusterStatus{},
+		&messages.GetRuns{}, &messages.GetRoutes{}, &messages.LeaseNode{}, &messages.ClusterStatus{},
 		&messages.ListDeadLetters{}, &messages.GetDeadLetter{}, &messages.ReplayDeadLetter{}, &messages.PurgeDeadLetters{},
 		&messages.Ping{})
 	workerMessages = typeSet(&messages.WorkerHeartbeat{}, &messages.WorkerLeft{}, &messages.RunResult{}, &messages.RunResults{})
@@ -152,11 +162,21 @@ func (k endpointKind) allowed(r Role) (set map[string]bool, all bool) {
 	return workerMessages, false
 }
 
-// roleGuard enforces the peers' roles on an endpoint's remote (gRPC) server.
+// roleGuard checks what peers send an endpoint's remote (gRPC) server before
+// proto.actor's endpoint reader sees it: their certificates' roles (with TLS),
+// and, from every peer, that each batch is one proto.actor can take. The endpoint
+// reader indexes a batch's targets, senders and serializers unchecked and decodes
+// an unknown type name through a nil lookup, on a goroutine nothing recovers: one
+// malformed batch, or a message type this build does not know (a newer version's,
+// during a rolling upgrade), stopped the whole process. Its two diagnostic calls
+// (ListProcesses, GetProcessDiagnostics) panic as well, and are refused.
 type roleGuard struct {
-	kind    endpointKind
-	log     atomic.Pointer[slog.Logger] // set once the endpoint has its logger
-	refused atomic.Int64                // streams and calls refused, for tests and metrics
+	kind      endpointKind
+	addr      func() string               // the endpoint's own address (proto.actor's), once it listens
+	log       atomic.Pointer[slog.Logger] // set once the endpoint has its logger
+	refused   atomic.Int64                // streams and calls ended for a peer's role
+	malformed atomic.Int64                // streams ended for a batch proto.actor cannot take
+	unknown   atomic.Int64                // messages of a type this build does not know, dropped
 }
 
 // peerRole is the role of the certificate the peer of ctx presented; ok is false
@@ -173,23 +193,35 @@ func peerRole(ctx context.Context) (Role, bool) {
 	return RoleOf(ti.State.PeerCertificates[0])
 }
 
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok {
+		return p.Addr.String()
+	}
+	return "?"
+}
+
+func (g *roleGuard) warn(msg string, args ...any) {
+	if l := g.log.Load(); l != nil {
+		l.Warn(msg, args...)
+	}
+}
+
 func (g *roleGuard) deny(ctx context.Context, r Role, what string) error {
 	g.refused.Add(1)
-	from := "?"
-	if p, ok := peer.FromContext(ctx); ok {
-		from = p.Addr.String()
-	}
-	if l := g.log.Load(); l != nil {
-		l.Warn("refused a peer's message: its certificate's role does not allow it", "peer", from, "role", string(r), "message", what)
-	}
+	g.warn("refused a peer's message: its certificate's role does not allow it", "peer", peerAddr(ctx), "role", string(r), "message", what)
 	return status.Errorf(codes.PermissionDenied, "kjob tls: %s refuses %s from a peer whose certificate has role %q", g.kind, what, r)
 }
 
+func (g *roleGuard) reject(ctx context.Context, what string) error {
+	g.malformed.Add(1)
+	g.warn("refused a peer's batch: proto.actor cannot take it", "peer", peerAddr(ctx), "batch", what)
+	return status.Errorf(codes.InvalidArgument, "kjob: %s refuses a batch with %s", g.kind, what)
+}
+
 func (g *roleGuard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if r, ok := peerRole(ctx); !ok || (r != RoleAny && r != RoleServer) {
-		return nil, g.deny(ctx, r, info.FullMethod)
-	}
-	return h(ctx, req)
+	// proto.actor's ListProcesses and GetProcessDiagnostics panic ("implement
+	// me"); nothing in kjob calls them.
+	return nil, status.Errorf(codes.Unimplemented, "kjob: %s does not serve %s", g.kind, info.FullMethod)
 }
 
 func (g *roleGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
@@ -198,22 +230,21 @@ func (g *roleGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 		return g.deny(ss.Context(), r, info.FullMethod)
 	}
 	set, all := g.kind.allowed(r)
-	if all {
-		return h(srv, ss)
-	}
-	if len(set) == 0 {
+	if !all && len(set) == 0 {
 		return g.deny(ss.Context(), r, info.FullMethod)
 	}
-	return h(srv, &guardedStream{ServerStream: ss, g: g, role: r, set: set})
+	return h(srv, &guardedStream{ServerStream: ss, g: g, role: r, set: set, restricted: !all})
 }
 
-// guardedStream checks every batch a restricted peer sends before proto.actor's
-// endpoint reader sees it.
+// guardedStream checks every batch a peer sends before proto.actor's endpoint
+// reader sees it.
 type guardedStream struct {
 	grpc.ServerStream
-	g    *roleGuard
-	role Role
-	set  map[string]bool
+	g          *roleGuard
+	role       Role
+	set        map[string]bool // what a restricted peer may send
+	restricted bool
+	known      []bool // scratch: the batch's type names this build knows
 }
 
 func (s *guardedStream) RecvMsg(m any) error {
@@ -222,19 +253,59 @@ func (s *guardedStream) RecvMsg(m any) error {
 	}
 	rm, ok := m.(*remote.RemoteMessage)
 	if !ok {
-		return s.g.deny(s.Context(), s.role, fmt.Sprintf("a %T", m))
+		return s.g.reject(s.Context(), fmt.Sprintf("a %T", m))
 	}
-	b := rm.GetMessageBatch()
-	if b == nil {
-		return nil // connect and disconnect requests
+	if b := rm.GetMessageBatch(); b != nil {
+		return s.check(b)
 	}
-	for _, e := range b.Envelopes {
-		if e.TypeId < 0 || int(e.TypeId) >= len(b.TypeNames) {
-			return s.g.deny(s.Context(), s.role, fmt.Sprintf("an envelope with type %d of %d", e.TypeId, len(b.TypeNames)))
+	return nil // connect and disconnect requests
+}
+
+// check refuses a batch proto.actor cannot take or the peer's role may not send,
+// and drops the messages of types this build does not know.
+func (s *guardedStream) check(b *remote.MessageBatch) error {
+	ctx := s.Context()
+	s.known = s.known[:0]
+	for _, name := range b.TypeNames {
+		_, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name))
+		s.known = append(s.known, err == nil)
+	}
+	// (Protobuf decodes no nil element of a repeated field: every target, sender
+	// and envelope is there.)
+	for _, t := range b.Targets {
+		// A target elsewhere is sent on by proto.actor, with this endpoint's
+		// certificate: a relay a restricted peer may not use.
+		if s.restricted && t.Address != s.g.addr() {
+			return s.g.deny(ctx, s.role, "a message for "+t.Address)
 		}
-		if name := b.TypeNames[e.TypeId]; !s.set[name] {
-			return s.g.deny(s.Context(), s.role, name)
+	}
+	dropped := 0
+	for i, e := range b.Envelopes {
+		switch {
+		case e.TypeId < 0 || int(e.TypeId) >= len(b.TypeNames):
+			return s.g.reject(ctx, fmt.Sprintf("type %d of %d", e.TypeId, len(b.TypeNames)))
+		case e.Target < 0 || int(e.Target) >= len(b.Targets):
+			return s.g.reject(ctx, fmt.Sprintf("target %d of %d", e.Target, len(b.Targets)))
+		case e.Sender < 0 || int(e.Sender) > len(b.Senders):
+			return s.g.reject(ctx, fmt.Sprintf("sender %d of %d", e.Sender, len(b.Senders)))
+		case e.SerializerId != 0 && (s.restricted || e.SerializerId != 1):
+			return s.g.reject(ctx, fmt.Sprintf("serializer %d", e.SerializerId)) // 0 protobuf, 1 JSON (kjob sends protobuf)
 		}
+		name := b.TypeNames[e.TypeId]
+		if s.restricted && !s.set[name] {
+			return s.g.deny(ctx, s.role, name)
+		}
+		if e.SerializerId == 0 && !s.known[e.TypeId] {
+			s.g.unknown.Add(1)
+			s.g.warn("dropped a message of a type this build does not know (a newer version's?)", "peer", peerAddr(ctx), "type", name)
+			dropped++
+			continue
+		}
+		b.Envelopes[i-dropped] = e
+	}
+	if dropped > 0 {
+		clear(b.Envelopes[len(b.Envelopes)-dropped:])
+		b.Envelopes = b.Envelopes[:len(b.Envelopes)-dropped]
 	}
 	return nil
 }

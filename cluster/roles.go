@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/messages"
 )
 
@@ -30,8 +32,11 @@ import (
 // given jobs' params), report results, or pose as a server. A worker's (--role
 // worker) registers, heartbeats and reports its runs' results, and nothing else:
 // a host that runs business code cannot create, change, delete or read jobs, or
-// replay dead letters. A worker's certificate is not bound to an app: it may
-// register for any app (and be dispatched its jobs), as any worker id. Clients
+// replay dead letters. A worker's certificate may be bound to apps (kjob tls
+// issue --role worker --app shop, the OU "kjob-app=shop", one per app): it then
+// registers, leaves and reports results for those apps only, so a team's worker
+// hosts are never dispatched another team's jobs and params. Unbound, it may
+// register for any app, as any worker id. Clients
 // and workers take messages only from servers (a client's or worker's
 // certificate cannot send them dispatches or route tables), a restricted peer's
 // messages must be for the server it sends them to (proto.actor would relay
@@ -86,6 +91,27 @@ func RoleOf(cert *x509.Certificate) (r Role, ok bool) {
 	return r, true
 }
 
+// appOU is the prefix of the subject organizational units that bind a worker's
+// certificate to apps.
+const appOU = "kjob-app="
+
+// AppsOf is the apps cert is bound to (nil: none, any app). A binding spelled
+// otherwise than kjob tls issue spells it, or naming no valid app, binds to no
+// app a peer takes: ok is false.
+func AppsOf(cert *x509.Certificate) (apps []string, ok bool) {
+	for _, ou := range cert.Subject.OrganizationalUnit {
+		if !strings.HasPrefix(strings.ToLower(strings.TrimSpace(ou)), appOU[:len(appOU)-1]) {
+			continue
+		}
+		app, is := strings.CutPrefix(ou, appOU)
+		if !is || route.ValidApp(app) != "" {
+			return nil, false
+		}
+		apps = append(apps, app)
+	}
+	return apps, true
+}
+
 // endpointKind is what a remote serves: a node, a client or a worker.
 type endpointKind int
 
@@ -124,6 +150,22 @@ func checkRole(t *TLS, k endpointKind) error {
 	}
 	if !k.fits(r) {
 		return tlsErr("tls-cert", fmt.Sprintf("is a %s certificate (role %s): it may not run %s", r, r, k))
+	}
+	if apps, ok := AppsOf(t.Leaf()); !ok || (len(apps) > 0 && r != RoleWorker) {
+		return tlsErr("tls-cert", fmt.Sprintf("has an organizational unit %q... that binds it to no valid app, or binds a certificate that is not a worker's", appOU))
+	}
+	return nil
+}
+
+// checkWorkerApp refuses t for a worker of app when t's certificate is bound to
+// other apps.
+func checkWorkerApp(t *TLS, app string) error {
+	if t == nil {
+		return nil
+	}
+	apps, _ := AppsOf(t.Leaf()) // (checkRole refused a bad binding)
+	if len(apps) > 0 && !slices.Contains(apps, app) {
+		return tlsErr("tls-cert", fmt.Sprintf("is bound to app(s) %s, not %s", strings.Join(apps, ", "), app))
 	}
 	return nil
 }
@@ -233,7 +275,33 @@ func (g *roleGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 	if !all && len(set) == 0 {
 		return g.deny(ss.Context(), r, info.FullMethod)
 	}
-	return h(srv, &guardedStream{ServerStream: ss, g: g, role: r, set: set, restricted: !all})
+	gs := &guardedStream{ServerStream: ss, g: g, role: r, set: set, restricted: !all}
+	if r == RoleWorker {
+		apps, ok := peerApps(ss.Context())
+		if !ok {
+			return g.deny(ss.Context(), r, "a certificate bound to no valid app")
+		}
+		if len(apps) > 0 {
+			gs.apps = make(map[string]bool, len(apps))
+			for _, a := range apps {
+				gs.apps[a] = true
+			}
+		}
+	}
+	return h(srv, gs)
+}
+
+// peerApps is the apps the peer's certificate is bound to (AppsOf).
+func peerApps(ctx context.Context) ([]string, bool) {
+	p, _ := peer.FromContext(ctx)
+	if p == nil {
+		return nil, true
+	}
+	ti, isTLS := p.AuthInfo.(credentials.TLSInfo)
+	if !isTLS || len(ti.State.PeerCertificates) == 0 {
+		return nil, true
+	}
+	return AppsOf(ti.State.PeerCertificates[0])
 }
 
 // guardedStream checks every batch a peer sends before proto.actor's endpoint
@@ -244,7 +312,8 @@ type guardedStream struct {
 	role       Role
 	set        map[string]bool // what a restricted peer may send
 	restricted bool
-	known      []bool // scratch: the batch's type names this build knows
+	apps       map[string]bool // a worker's certificate's apps (nil: any)
+	known      []bool          // scratch: the batch's type names this build knows
 }
 
 func (s *guardedStream) RecvMsg(m any) error {
@@ -295,6 +364,11 @@ func (s *guardedStream) check(b *remote.MessageBatch) error {
 		if s.restricted && !s.set[name] {
 			return s.g.deny(ctx, s.role, name)
 		}
+		if s.apps != nil {
+			if app, ok := appOfWorkerMessage(name, e.MessageData, s.apps); !ok {
+				return s.g.deny(ctx, s.role, fmt.Sprintf("%s for app %q (the certificate is bound to others)", name, app))
+			}
+		}
 		if e.SerializerId == 0 && !s.known[e.TypeId] {
 			s.g.unknown.Add(1)
 			s.g.warn("dropped a message of a type this build does not know (a newer version's?)", "peer", peerAddr(ctx), "type", name)
@@ -308,4 +382,50 @@ func (s *guardedStream) check(b *remote.MessageBatch) error {
 		b.Envelopes = b.Envelopes[:len(b.Envelopes)-dropped]
 	}
 	return nil
+}
+
+// appOfWorkerMessage checks that a worker's message (one of workerMessages,
+// encoded) is for one of apps: a heartbeat's or goodbye's app, or the app of each
+// result's shard. It returns an app that is not, or ok.
+func appOfWorkerMessage(name string, data []byte, apps map[string]bool) (string, bool) {
+	var m proto.Message
+	switch name {
+	case string(proto.MessageName(&messages.WorkerHeartbeat{})):
+		m = &messages.WorkerHeartbeat{}
+	case string(proto.MessageName(&messages.WorkerLeft{})):
+		m = &messages.WorkerLeft{}
+	case string(proto.MessageName(&messages.RunResult{})):
+		m = &messages.RunResult{}
+	case string(proto.MessageName(&messages.RunResults{})):
+		m = &messages.RunResults{}
+	default:
+		return "", false
+	}
+	if proto.Unmarshal(data, m) != nil {
+		return "", false
+	}
+	shardApp := func(shard string) string {
+		sh, err := route.Parse(shard)
+		if err != nil {
+			return ""
+		}
+		return sh.App
+	}
+	switch v := m.(type) {
+	case *messages.WorkerHeartbeat:
+		a := v.GetWorker().GetApp()
+		return a, apps[a]
+	case *messages.WorkerLeft:
+		return v.App, apps[v.App]
+	case *messages.RunResult:
+		a := shardApp(v.Shard)
+		return a, apps[a]
+	case *messages.RunResults:
+		for _, r := range v.Results {
+			if a := shardApp(r.GetShard()); !apps[a] {
+				return a, false
+			}
+		}
+	}
+	return "", true
 }

@@ -290,3 +290,114 @@ func TestRoleOf(t *testing.T) {
 		issueRole(t, ca, "e-"+string(r), r)
 	}
 }
+
+// TestWorkerCertificateBoundToApps: a worker's certificate bound to an app runs
+// that app's jobs and nothing of another's: a worker of another app with it is
+// refused at the start, and a heartbeat, a goodbye or a result for another app
+// sent with it anyway is cut off, counted, and done nothing of.
+func TestWorkerCertificateBoundToApps(t *testing.T) {
+	ca, err := cluster.NewCA("test ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct {
+		role cluster.Role
+		apps []string
+	}{{cluster.RoleClient, []string{"orders"}}, {cluster.RoleAny, []string{"orders"}}, {cluster.RoleWorker, []string{"no/slash"}}} {
+		var ke *kerr.Error
+		if _, _, err := ca.Issue("x", nil, time.Hour, bad.role, bad.apps...); !errors.As(err, &ke) || ke.Field != "app" {
+			t.Fatalf("a %q certificate bound to %v: %v, want an error on app", bad.role, bad.apps, err)
+		}
+	}
+	n, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Log: quietLog(),
+		HTTP: "127.0.0.1:0", TLS: issueRole(t, ca, "node", cluster.RoleServer)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	cert, key, err := ca.Issue("orders-worker", nil, time.Hour, cluster.RoleWorker, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ordersTLS, err := cluster.NewTLS(ca.CertPEM(), cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if apps, ok := cluster.AppsOf(ordersTLS.Leaf()); !ok || len(apps) != 1 || apps[0] != "orders" {
+		t.Fatalf("AppsOf: %v %v", apps, ok)
+	}
+	var ke *kerr.Error
+	if _, err := cluster.NewWorker(cluster.WorkerConfig{Servers: []string{n.Address()}, App: "billing", Log: quietLog(), TLS: ordersTLS}); !errors.As(err, &ke) || ke.Field != "tls-cert" {
+		t.Fatalf("a billing worker with an orders worker's certificate: %v, want an error on tls-cert", err)
+	}
+	rec := newRecorder()
+	w, err := cluster.NewWorker(cluster.WorkerConfig{Servers: []string{n.Address()}, App: "orders", Log: quietLog(), OnRun: rec.onRun, TLS: ordersTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.HandleFunc("echo", func(ctx context.Context, r *cluster.Run) error { return nil })
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	clientTLS := issueRole(t, ca, "client", cluster.RoleClient)
+	c, err := cluster.NewClient(ctx, cluster.ClientConfig{Servers: []string{n.Address()}, Log: quietLog(), TLS: clientTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	j, err := c.Create(ctx, once(50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the orders job to run at the bound worker", func() bool {
+		runs, err := c.Runs(ctx, "orders", j.Id, 10)
+		return err == nil && len(runs) == 1 && runs[0].Outcome == messages.Outcome_SUCCEEDED
+	})
+	b, err := c.Create(ctx, &messages.Job{App: "billing", Handler: "echo", Schedule: &messages.Schedule{Kind: messages.ScheduleKind_ONCE, DelayMs: 3_600_000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS.HTTPClientConfig()}, Timeout: 10 * time.Second}
+	sys, stop, err := cluster.RawEndpoint(ordersTLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	hb := &messages.WorkerHeartbeat{SentMs: time.Now().UnixMilli(), Worker: &messages.WorkerInfo{WorkerId: "thief", App: "billing",
+		Ref: &messages.Ref{Address: sys.Address(), Id: "kjob-worker"}, Capacity: 4}}
+	for _, tc := range []struct {
+		what string
+		m    any
+	}{
+		{"a heartbeat for billing", hb},
+		{"a goodbye for billing", &messages.WorkerLeft{WorkerId: "billing-1", App: "billing"}},
+		{"a result for billing's shard", &messages.RunResults{Results: []*messages.RunResult{
+			{RunId: "a", Shard: "orders/0/0"}, {RunId: strconv.FormatInt(b.Id, 10) + ":1", JobId: b.Id, Shard: "billing/0/0", Outcome: messages.Outcome_SUCCEEDED}}}},
+	} {
+		was := scrape(t, n, hc, "https", "kjob_tls_refused_total")
+		if r, err := sys.Root.RequestFuture(actor.NewPID(n.Address(), server.Name), tc.m, time.Second).Result(); err == nil {
+			t.Fatalf("%s with an orders worker's certificate: answered %v", tc.what, r)
+		}
+		waitFor(t, 5*time.Second, tc.what+" to be counted", func() bool { return scrape(t, n, hc, "https", "kjob_tls_refused_total") > was })
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range st.Apps {
+		if a.App == "billing" && a.Workers != 0 {
+			t.Fatalf("billing has %d workers registered, want none", a.Workers)
+		}
+	}
+	// Its own app's heartbeat, from the same endpoint, is heard.
+	hb.Worker.App, hb.Worker.WorkerId = "orders", "orders-2"
+	if r, err := sys.Root.RequestFuture(actor.NewPID(n.Address(), server.Name), hb, 5*time.Second).Result(); err != nil {
+		t.Fatalf("an orders heartbeat with an orders worker's certificate: %v", err)
+	} else if pong, _ := r.(*messages.Pong); pong == nil || pong.Error != nil {
+		t.Fatalf("an orders heartbeat with an orders worker's certificate: %v", r)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/kjob/kjob/actors/kerr"
+	"github.com/kjob/kjob/actors/route"
 	"github.com/kjob/kjob/messages"
 )
 
@@ -364,14 +365,23 @@ func (ca *CA) KeyPEM() ([]byte, error) { return keyPEM(ca.Key) }
 
 // Issue makes a certificate for an endpoint named name, usable both as a TLS
 // server and a TLS client, with hosts (DNS names or IP addresses) as its subject
-// alternative names for HTTPS clients of the admin API that check them, and role
-// (Role: RoleAny for none). It returns the certificate's and the key's PEM.
-func (ca *CA) Issue(name string, hosts []string, validity time.Duration, role Role) (certPEM, keyPEMBytes []byte, err error) {
+// alternative names for HTTPS clients of the admin API that check them, role
+// (Role: RoleAny for none) and, for a worker's, the apps it is bound to (none:
+// any). It returns the certificate's and the key's PEM.
+func (ca *CA) Issue(name string, hosts []string, validity time.Duration, role Role, apps ...string) (certPEM, keyPEMBytes []byte, err error) {
 	if name == "" {
 		return nil, nil, tlsErr("name", "is required")
 	}
 	if _, err := ParseRole(string(role)); err != nil {
 		return nil, nil, err
+	}
+	if len(apps) > 0 && role != RoleWorker {
+		return nil, nil, tlsErr("app", "binds a worker's certificate only (role worker)")
+	}
+	for _, a := range apps {
+		if why := route.ValidApp(a); why != "" {
+			return nil, nil, tlsErr("app", fmt.Sprintf("%q: %s", a, why))
+		}
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -395,6 +405,9 @@ func (ca *CA) Issue(name string, hosts []string, validity time.Duration, role Ro
 	}
 	if role != RoleAny {
 		tmpl.Subject.OrganizationalUnit = []string{roleOU + string(role)}
+	}
+	for _, a := range apps {
+		tmpl.Subject.OrganizationalUnit = append(tmpl.Subject.OrganizationalUnit, appOU+a)
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {

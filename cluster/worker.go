@@ -71,6 +71,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if why := route.ValidApp(cfg.App); why != "" {
 		return nil, &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "app", Message: why}
 	}
+	if err := checkWorkerApp(cfg.TLS, cfg.App); err != nil {
+		return nil, err
+	}
 	// The NameServer refuses a heartbeat out of these limits (nscore.ValidWorker):
 	// say so here, rather than start a worker no shard would ever hear of.
 	if cfg.Capacity < 0 || cfg.Capacity > nscore.MaxWorkerCapacity {

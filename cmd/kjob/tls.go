@@ -97,12 +97,14 @@ the CA file admits is a member.`,
 			if err != nil {
 				return err
 			}
+			apps, _ := cmd.Flags().GetStringSlice("app")
 			if err := notThere(dir, name+".pem", name+"-key.pem"); err != nil {
 				return err
 			}
-			return issueTo(ca, dir, name, hosts, days, role)
+			return issueTo(ca, dir, name, hosts, days, role, apps...)
 		}}
 	issue.Flags().String("name", "", "the certificate's name: its files are NAME.pem and NAME-key.pem (required)")
+	issue.Flags().StringSlice("app", nil, "with --role worker: the apps the worker's certificate is bound to (repeat, or comma-separated); it may register and report results for those only (none: any app)")
 	issue.Flags().String("role", "", "what the certificate may do: client (commands and reads), worker (register, run jobs, report results) or server; none: anything, as a server's")
 	for _, sub := range []*cobra.Command{initCmd, issue} {
 		sub.Flags().StringVar(&dir, "dir", "kjob-tls", "directory of the CA's files")
@@ -122,8 +124,8 @@ func checkDays(days int) error {
 	return nil
 }
 
-func issueTo(ca *cluster.CA, dir, name, hosts string, days int, role cluster.Role) error {
-	certPEM, keyPEM, err := ca.Issue(name, splitList(hosts), time.Duration(days)*24*time.Hour, role)
+func issueTo(ca *cluster.CA, dir, name, hosts string, days int, role cluster.Role, apps ...string) error {
+	certPEM, keyPEM, err := ca.Issue(name, splitList(hosts), time.Duration(days)*24*time.Hour, role, apps...)
 	if err != nil {
 		return err
 	}

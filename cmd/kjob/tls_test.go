@@ -29,7 +29,7 @@ func TestTLSCluster(t *testing.T) {
 	}
 	bin := buildKjob(t)
 	dir := filepath.Join(t.TempDir(), "tls")
-	for _, args := range [][]string{{"tls", "init", "--dir", dir}, {"tls", "issue", "--dir", dir, "--name", "worker", "--role", "worker"},
+	for _, args := range [][]string{{"tls", "init", "--dir", dir}, {"tls", "issue", "--dir", dir, "--name", "worker", "--role", "worker", "--app", "secure"},
 		{"tls", "issue", "--dir", dir, "--name", "cli", "--role", "client"}} {
 		if out, code := cli(bin, "127.0.0.1:1", args...); code != 0 {
 			t.Fatalf("kjob %v: exit %d %s", args, code, out)
@@ -40,6 +40,9 @@ func TestTLSCluster(t *testing.T) {
 	}
 	if out, code := cli(bin, "127.0.0.1:1", "tls", "issue", "--dir", dir, "--name", "root", "--role", "root"); code != 2 || !strings.Contains(out, "role") {
 		t.Fatalf("issuing an unknown role: exit %d %q, want 2 naming the role", code, out)
+	}
+	if out, code := cli(bin, "127.0.0.1:1", "tls", "issue", "--dir", dir, "--name", "ops", "--role", "client", "--app", "secure"); code != 2 || !strings.Contains(out, "app") {
+		t.Fatalf("binding a client's certificate to an app: exit %d %q, want 2 naming app", code, out)
 	}
 	if fi, err := os.Stat(filepath.Join(dir, "ca-key.pem")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("ca-key.pem: %v %v, want mode 0600", fi, err)

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/kjob/kjob/actors/route"
+	"github.com/kjob/kjob/actors/server"
 	"github.com/kjob/kjob/messages"
 )
 
@@ -368,6 +369,11 @@ func (s *guardedStream) check(b *remote.MessageBatch) error {
 			if app, ok := appOfWorkerMessage(name, e.MessageData, s.apps); !ok {
 				return s.g.deny(ctx, s.role, fmt.Sprintf("%s for app %q (the certificate is bound to others)", name, app))
 			}
+			// And it goes to the server, or to a shard of a bound app: a shard
+			// takes a result by its run id, whatever shard the result names.
+			if app, ok := appOfTarget(b.Targets[e.Target].Id, s.apps); !ok {
+				return s.g.deny(ctx, s.role, fmt.Sprintf("%s for %s (app %q; the certificate is bound to others)", name, b.Targets[e.Target].Id, app))
+			}
 		}
 		if e.SerializerId == 0 && !s.known[e.TypeId] {
 			s.g.unknown.Add(1)
@@ -428,4 +434,22 @@ func appOfWorkerMessage(name string, data []byte, apps map[string]bool) (string,
 		}
 	}
 	return "", true
+}
+
+// appOfTarget checks that an actor id a bound worker sends to is the server's, or
+// one of its shards' (server.Name/shard-<shard>) of one of apps. It returns the
+// app of a shard that is not, or ok.
+func appOfTarget(id string, apps map[string]bool) (string, bool) {
+	if id == server.Name {
+		return "", true
+	}
+	name, ok := strings.CutPrefix(id, server.Name+"/"+server.ShardName(""))
+	if !ok {
+		return "", false
+	}
+	sh, err := route.Parse(name)
+	if err != nil {
+		return "", false
+	}
+	return sh.App, apps[sh.App]
 }

@@ -377,9 +377,16 @@ func TestWorkerCertificateBoundToApps(t *testing.T) {
 		{"a goodbye for billing", &messages.WorkerLeft{WorkerId: "billing-1", App: "billing"}},
 		{"a result for billing's shard", &messages.RunResults{Results: []*messages.RunResult{
 			{RunId: "a", Shard: "orders/0/0"}, {RunId: strconv.FormatInt(b.Id, 10) + ":1", JobId: b.Id, Shard: "billing/0/0", Outcome: messages.Outcome_SUCCEEDED}}}},
+		// A result that names an orders shard, sent to billing's shard actor.
+		{"a result sent to billing's shard actor", &messages.RunResult{RunId: strconv.FormatInt(b.Id, 10) + ":1", JobId: b.Id,
+			Shard: "orders/0/0", Outcome: messages.Outcome_SUCCEEDED}},
 	} {
 		was := scrape(t, n, hc, "https", "kjob_tls_refused_total")
-		if r, err := sys.Root.RequestFuture(actor.NewPID(n.Address(), server.Name), tc.m, time.Second).Result(); err == nil {
+		to := actor.NewPID(n.Address(), server.Name)
+		if strings.HasSuffix(tc.what, "shard actor") {
+			to = actor.NewPID(n.Address(), server.Name+"/"+server.ShardName("billing/0/0"))
+		}
+		if r, err := sys.Root.RequestFuture(to, tc.m, time.Second).Result(); err == nil {
 			t.Fatalf("%s with an orders worker's certificate: answered %v", tc.what, r)
 		}
 		waitFor(t, 5*time.Second, tc.what+" to be counted", func() bool { return scrape(t, n, hc, "https", "kjob_tls_refused_total") > was })

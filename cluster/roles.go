@@ -159,14 +159,17 @@ func checkRole(t *TLS, k endpointKind) error {
 }
 
 // checkWorkerApp refuses t for a worker of app when t's certificate is bound to
-// other apps.
-func checkWorkerApp(t *TLS, app string) error {
+// other apps, and a bound worker's id (when set) that does not begin with its app.
+func checkWorkerApp(t *TLS, app, id string) error {
 	if t == nil {
 		return nil
 	}
 	apps, _ := AppsOf(t.Leaf()) // (checkRole refused a bad binding)
 	if len(apps) > 0 && !slices.Contains(apps, app) {
 		return tlsErr("tls-cert", fmt.Sprintf("is bound to app(s) %s, not %s", strings.Join(apps, ", "), app))
+	}
+	if len(apps) > 0 && id != "" && !strings.HasPrefix(id, app+"-") {
+		return tlsErr("id", fmt.Sprintf("%q: a worker whose certificate is bound to apps has an id that begins with its app and a dash (%s-…), as the default id does", id, app))
 	}
 	return nil
 }
@@ -417,12 +420,15 @@ func appOfWorkerMessage(name string, data []byte, apps map[string]bool) (string,
 		}
 		return sh.App
 	}
+	// A bound worker's id begins with its app (as a worker's default id does):
+	// the NameServer keeps workers by id alone, so one bound to orders could
+	// otherwise take over, or remove, billing's worker of the same id.
 	switch v := m.(type) {
 	case *messages.WorkerHeartbeat:
 		a := v.GetWorker().GetApp()
-		return a, apps[a]
+		return a, apps[a] && strings.HasPrefix(v.GetWorker().GetWorkerId(), a+"-")
 	case *messages.WorkerLeft:
-		return v.App, apps[v.App]
+		return v.App, apps[v.App] && strings.HasPrefix(v.WorkerId, v.App+"-")
 	case *messages.RunResult:
 		a := shardApp(v.Shard)
 		return a, apps[a]

@@ -330,6 +330,9 @@ func TestWorkerCertificateBoundToApps(t *testing.T) {
 	if _, err := cluster.NewWorker(cluster.WorkerConfig{Servers: []string{n.Address()}, App: "billing", Log: quietLog(), TLS: ordersTLS}); !errors.As(err, &ke) || ke.Field != "tls-cert" {
 		t.Fatalf("a billing worker with an orders worker's certificate: %v, want an error on tls-cert", err)
 	}
+	if _, err := cluster.NewWorker(cluster.WorkerConfig{Servers: []string{n.Address()}, App: "orders", ID: "billing-1", Log: quietLog(), TLS: ordersTLS}); !errors.As(err, &ke) || ke.Field != "id" {
+		t.Fatalf("a bound orders worker with the id billing-1: %v, want an error on id", err)
+	}
 	rec := newRecorder()
 	w, err := cluster.NewWorker(cluster.WorkerConfig{Servers: []string{n.Address()}, App: "orders", Log: quietLog(), OnRun: rec.onRun, TLS: ordersTLS})
 	if err != nil {
@@ -375,6 +378,11 @@ func TestWorkerCertificateBoundToApps(t *testing.T) {
 	}{
 		{"a heartbeat for billing", hb},
 		{"a goodbye for billing", &messages.WorkerLeft{WorkerId: "billing-1", App: "billing"}},
+		// Under an orders app, with billing's worker's id: the NameServer keeps
+		// workers by id, so it would replace (and a goodbye then remove) billing-1.
+		{"a heartbeat with billing's worker's id", &messages.WorkerHeartbeat{SentMs: time.Now().UnixMilli(), Worker: &messages.WorkerInfo{
+			WorkerId: "billing-1", App: "orders", Ref: &messages.Ref{Address: sys.Address(), Id: "kjob-worker"}, Capacity: 4}}},
+		{"a goodbye with billing's worker's id", &messages.WorkerLeft{WorkerId: "billing-1", App: "orders"}},
 		{"a result for billing's shard", &messages.RunResults{Results: []*messages.RunResult{
 			{RunId: "a", Shard: "orders/0/0"}, {RunId: strconv.FormatInt(b.Id, 10) + ":1", JobId: b.Id, Shard: "billing/0/0", Outcome: messages.Outcome_SUCCEEDED}}}},
 		// A result that names an orders shard, sent to billing's shard actor.

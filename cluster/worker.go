@@ -71,7 +71,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if why := route.ValidApp(cfg.App); why != "" {
 		return nil, &kerr.Error{Code: messages.Code_INVALID_ARGUMENT, Field: "app", Message: why}
 	}
-	if err := checkWorkerApp(cfg.TLS, cfg.App); err != nil {
+	if err := checkWorkerApp(cfg.TLS, cfg.App, cfg.ID); err != nil {
 		return nil, err
 	}
 	// The NameServer refuses a heartbeat out of these limits (nscore.ValidWorker):

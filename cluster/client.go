@@ -86,8 +86,7 @@ func newSystem(log *slog.Logger, listen string, level slog.Level, t *TLS, kind e
 		return nil, nil, err
 	}
 	sys := actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(actorLogger(log, level))))
-	g := &roleGuard{kind: kind, addr: sys.Address}
-	g.log.Store(log)
+	g := &roleGuard{kind: kind, addr: sys.Address, log: log}
 	r := remote.NewRemote(sys, remoteConfig(host, port, t, g))
 	var startErr error
 	func() {

@@ -136,12 +136,7 @@ func TestRestrictedPeerCannotRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Log: quietLog(),
-		HTTP: "127.0.0.1:0", TLS: issueRole(t, ca, "node", cluster.RoleServer)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := tlsNode(t, ca)
 	clientTLS := issueRole(t, ca, "client", cluster.RoleClient)
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS.HTTPClientConfig()}, Timeout: 10 * time.Second}
 	ping, _ := proto.Marshal(&messages.Ping{})

@@ -180,7 +180,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, stop: make(chan struct{}), log: cfg.Log, started: time.Now(), guard: &roleGuard{kind: kindServer},
+	n := &Node{cfg: cfg, stop: make(chan struct{}), log: cfg.Log, started: time.Now(), guard: &roleGuard{kind: kindServer, log: cfg.Log},
 		handed: server.HandedOnFile(filepath.Join(cfg.DataDir, "handed-on.json"))}
 	n.metrics = newMetrics(n)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
@@ -223,7 +223,6 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 
 	n.system = actor.NewActorSystemWithConfig(actor.Configure(actor.WithLoggerFactory(actorLogger(cfg.Log, cfg.ActorLogLevel))))
 	n.guard.addr = n.system.Address
-	n.guard.log.Store(cfg.Log)
 	rcfg := remoteConfig(host, port, cfg.TLS, n.guard)
 	peers := cfg.Peers
 	if len(peers) == 0 {

@@ -72,24 +72,17 @@ func ParseRole(s string) (Role, error) {
 // RoleOf is cert's role. A certificate with an unknown role, or two, has none
 // that a peer accepts: ok is false.
 func RoleOf(cert *x509.Certificate) (r Role, ok bool) {
-	found := false
-	for _, ou := range cert.Subject.OrganizationalUnit {
-		if !strings.HasPrefix(strings.ToLower(strings.TrimSpace(ou)), roleOU[:len(roleOU)-1]) {
-			continue
-		}
-		// Spelled otherwise than kjob tls issue spells it ("KJOB-ROLE=client",
-		// " kjob-role=worker"): no role a peer takes, rather than none (any).
-		v, is := strings.CutPrefix(ou, roleOU)
-		if !is {
-			return "", false
-		}
-		pr, err := ParseRole(v)
-		if err != nil || pr == RoleAny || found {
-			return "", false
-		}
-		r, found = pr, true
+	vals, ok := ouValues(cert, roleOU)
+	switch {
+	case !ok || len(vals) > 1:
+		return "", false
+	case len(vals) == 0:
+		return RoleAny, true
 	}
-	return r, true
+	if r, err := ParseRole(vals[0]); err == nil && r != RoleAny {
+		return r, true
+	}
+	return "", false
 }
 
 // appOU is the prefix of the subject organizational units that bind a worker's
@@ -100,17 +93,31 @@ const appOU = "kjob-app="
 // otherwise than kjob tls issue spells it, or naming no valid app, binds to no
 // app a peer takes: ok is false.
 func AppsOf(cert *x509.Certificate) (apps []string, ok bool) {
-	for _, ou := range cert.Subject.OrganizationalUnit {
-		if !strings.HasPrefix(strings.ToLower(strings.TrimSpace(ou)), appOU[:len(appOU)-1]) {
-			continue
-		}
-		app, is := strings.CutPrefix(ou, appOU)
-		if !is || route.ValidApp(app) != "" {
+	apps, ok = ouValues(cert, appOU)
+	for _, a := range apps {
+		if route.ValidApp(a) != "" {
 			return nil, false
 		}
-		apps = append(apps, app)
 	}
-	return apps, true
+	return apps, ok
+}
+
+// ouValues is the values of cert's subject organizational units "prefix<value>".
+// One spelled otherwise than kjob tls issue spells it ("KJOB-ROLE=client",
+// " kjob-app=shop") makes ok false: it grants nothing, rather than being taken for
+// absent (which, for a role, would be any).
+func ouValues(cert *x509.Certificate, prefix string) (vals []string, ok bool) {
+	for _, ou := range cert.Subject.OrganizationalUnit {
+		if !strings.HasPrefix(strings.ToLower(strings.TrimSpace(ou)), prefix[:len(prefix)-1]) {
+			continue
+		}
+		v, is := strings.CutPrefix(ou, prefix)
+		if !is {
+			return nil, false
+		}
+		vals = append(vals, v)
+	}
+	return vals, true
 }
 
 // endpointKind is what a remote serves: a node, a client or a worker.
@@ -218,25 +225,31 @@ func (k endpointKind) allowed(r Role) (set map[string]bool, all bool) {
 // (ListProcesses, GetProcessDiagnostics) panic as well, and are refused.
 type roleGuard struct {
 	kind      endpointKind
-	addr      func() string               // the endpoint's own address (proto.actor's), once it listens
-	log       atomic.Pointer[slog.Logger] // set once the endpoint has its logger
-	refused   atomic.Int64                // streams and calls ended for a peer's role
-	malformed atomic.Int64                // streams ended for a batch proto.actor cannot take
-	unknown   atomic.Int64                // messages of a type this build does not know, dropped
+	addr      func() string // the endpoint's own address (proto.actor's), once it listens
+	log       *slog.Logger
+	refused   atomic.Int64 // streams and calls ended for a peer's role
+	malformed atomic.Int64 // streams ended for a batch proto.actor cannot take
+	unknown   atomic.Int64 // messages of a type this build does not know, dropped
 }
 
-// peerRole is the role of the certificate the peer of ctx presented; ok is false
-// for a certificate whose role is not one (refused like a role with no rights).
+// peerCert is the certificate the peer of ctx presented, nil without TLS.
+func peerCert(ctx context.Context) *x509.Certificate {
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, isTLS := p.AuthInfo.(credentials.TLSInfo); isTLS && len(ti.State.PeerCertificates) > 0 {
+			return ti.State.PeerCertificates[0]
+		}
+	}
+	return nil
+}
+
+// peerRole is the role of the peer's certificate (RoleAny without TLS: no roles,
+// and no identity, to enforce); ok is false for a certificate whose role is not
+// one (refused like a role with no rights).
 func peerRole(ctx context.Context) (Role, bool) {
-	p, found := peer.FromContext(ctx)
-	if !found {
-		return RoleAny, true
+	if c := peerCert(ctx); c != nil {
+		return RoleOf(c)
 	}
-	ti, isTLS := p.AuthInfo.(credentials.TLSInfo)
-	if !isTLS || len(ti.State.PeerCertificates) == 0 {
-		return RoleAny, true // no TLS: no roles (and no identity) to enforce
-	}
-	return RoleOf(ti.State.PeerCertificates[0])
+	return RoleAny, true
 }
 
 func peerAddr(ctx context.Context) string {
@@ -247,9 +260,7 @@ func peerAddr(ctx context.Context) string {
 }
 
 func (g *roleGuard) warn(msg string, args ...any) {
-	if l := g.log.Load(); l != nil {
-		l.Warn(msg, args...)
-	}
+	g.log.Warn(msg, args...)
 }
 
 func (g *roleGuard) deny(ctx context.Context, r Role, what string) error {
@@ -281,7 +292,7 @@ func (g *roleGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 	}
 	gs := &guardedStream{ServerStream: ss, g: g, role: r, set: set, restricted: !all}
 	if r == RoleWorker {
-		apps, ok := peerApps(ss.Context())
+		apps, ok := AppsOf(peerCert(ss.Context())) // (a worker's role comes with TLS)
 		if !ok {
 			return g.deny(ss.Context(), r, "a certificate bound to no valid app")
 		}
@@ -293,19 +304,6 @@ func (g *roleGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 		}
 	}
 	return h(srv, gs)
-}
-
-// peerApps is the apps the peer's certificate is bound to (AppsOf).
-func peerApps(ctx context.Context) ([]string, bool) {
-	p, _ := peer.FromContext(ctx)
-	if p == nil {
-		return nil, true
-	}
-	ti, isTLS := p.AuthInfo.(credentials.TLSInfo)
-	if !isTLS || len(ti.State.PeerCertificates) == 0 {
-		return nil, true
-	}
-	return AppsOf(ti.State.PeerCertificates[0])
 }
 
 // guardedStream checks every batch a peer sends before proto.actor's endpoint
@@ -397,19 +395,11 @@ func (s *guardedStream) check(b *remote.MessageBatch) error {
 // encoded) is for one of apps: a heartbeat's or goodbye's app, or the app of each
 // result's shard. It returns an app that is not, or ok.
 func appOfWorkerMessage(name string, data []byte, apps map[string]bool) (string, bool) {
-	var m proto.Message
-	switch name {
-	case string(proto.MessageName(&messages.WorkerHeartbeat{})):
-		m = &messages.WorkerHeartbeat{}
-	case string(proto.MessageName(&messages.WorkerLeft{})):
-		m = &messages.WorkerLeft{}
-	case string(proto.MessageName(&messages.RunResult{})):
-		m = &messages.RunResult{}
-	case string(proto.MessageName(&messages.RunResults{})):
-		m = &messages.RunResults{}
-	default:
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name))
+	if err != nil || !workerMessages[name] {
 		return "", false
 	}
+	m := mt.New().Interface()
 	if proto.Unmarshal(data, m) != nil {
 		return "", false
 	}

@@ -35,6 +35,19 @@ func issueRole(t *testing.T, ca *cluster.CA, name string, role cluster.Role) *cl
 	return tl
 }
 
+// tlsNode starts a node with a server's certificate under ca and the admin API,
+// closed when the test ends.
+func tlsNode(t *testing.T, ca *cluster.CA) *cluster.Node {
+	t.Helper()
+	n, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Log: quietLog(),
+		HTTP: "127.0.0.1:0", TLS: issueRole(t, ca, "node", cluster.RoleServer)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	return n
+}
+
 // TestTLSRoles: a client's certificate does everything a client does, a worker's
 // everything a worker does, and neither more. An endpoint started with a
 // certificate that does not fit it is refused on tls-cert; a peer that sends
@@ -47,12 +60,7 @@ func TestTLSRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Log: quietLog(),
-		HTTP: "127.0.0.1:0", TLS: issueRole(t, ca, "node", cluster.RoleServer)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := tlsNode(t, ca)
 	workerTLS, clientTLS := issueRole(t, ca, "worker", cluster.RoleWorker), issueRole(t, ca, "client", cluster.RoleClient)
 	rec := newRecorder()
 	w, err := cluster.NewWorker(cluster.WorkerConfig{Servers: []string{n.Address()}, App: "orders", Log: quietLog(),
@@ -309,12 +317,7 @@ func TestWorkerCertificateBoundToApps(t *testing.T) {
 			t.Fatalf("a %q certificate bound to %v: %v, want an error on app", bad.role, bad.apps, err)
 		}
 	}
-	n, err := cluster.StartNode(cluster.NodeConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Log: quietLog(),
-		HTTP: "127.0.0.1:0", TLS: issueRole(t, ca, "node", cluster.RoleServer)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := tlsNode(t, ca)
 	cert, key, err := ca.Issue("orders-worker", nil, time.Hour, cluster.RoleWorker, "orders")
 	if err != nil {
 		t.Fatal(err)
